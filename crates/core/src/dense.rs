@@ -1,0 +1,103 @@
+//! Dense slot vectors for the hot loops: one fixed order of slot names per pass, so that a fit
+//! check is a walk over a few integers instead of map look-ups.
+
+use crate::slots::{Quantity, SlotName, Slots};
+
+/// A dense vector of thousandths, in the order of a [`SlotIndex`].
+pub type Vector = Box<[u64]>;
+
+/// The slot names seen in one snapshot, in a fixed (sorted) order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlotIndex {
+    names: Vec<SlotName>,
+}
+
+impl SlotIndex {
+    /// The union of the names of all the given sets.
+    pub fn of<'a>(sets: impl IntoIterator<Item = &'a Slots>) -> Self {
+        let mut names: Vec<SlotName> = sets.into_iter().flat_map(|s| s.names().cloned()).collect();
+        names.sort();
+        names.dedup();
+        SlotIndex { names }
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    pub fn names(&self) -> &[SlotName] {
+        &self.names
+    }
+
+    /// The dense form of `slots`; every name of `slots` must be in the index.
+    pub fn vector(&self, slots: &Slots) -> Vector {
+        let mut v = vec![0u64; self.names.len()].into_boxed_slice();
+        for (name, q) in slots.iter() {
+            let i = self
+                .names
+                .binary_search(name)
+                .expect("slot index built from every set of the snapshot");
+            v[i] = q.milli();
+        }
+        v
+    }
+
+    /// Back to named slots.
+    pub fn slots(&self, v: &[u64]) -> Slots {
+        let pairs = self
+            .names
+            .iter()
+            .cloned()
+            .zip(v.iter().map(|&m| Quantity::from_milli(m)));
+        Slots::from_pairs(pairs).expect("names of an index are distinct")
+    }
+}
+
+/// `need` fits in `free`, slot by slot.
+#[inline]
+pub fn fits(need: &[u64], free: &[u64]) -> bool {
+    need.iter().zip(free).all(|(n, f)| n <= f)
+}
+
+/// `free -= need`; the caller has checked that it fits.
+#[inline]
+pub fn take(free: &mut [u64], need: &[u64]) {
+    for (f, n) in free.iter_mut().zip(need) {
+        *f -= n;
+    }
+}
+
+/// `acc += v`, saturating (totals over a whole group only feed ratios).
+#[inline]
+pub fn add(acc: &mut [u64], v: &[u64]) {
+    for (a, x) in acc.iter_mut().zip(v) {
+        *a = a.saturating_add(*x);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_through_dense_form() {
+        let a: Slots = "cpu=2,gpu=0.5".parse().unwrap();
+        let b: Slots = "mem=1GiB,cpu=1".parse().unwrap();
+        let index = SlotIndex::of([&a, &b]);
+        assert_eq!(
+            index.names().iter().map(|n| n.as_str()).collect::<Vec<_>>(),
+            ["cpu", "gpu", "mem"]
+        );
+        assert_eq!(&*index.vector(&a), &[2000, 500, 0]);
+        assert_eq!(index.slots(&index.vector(&b)), b);
+        assert!(fits(
+            &index.vector(&"cpu=1".parse().unwrap()),
+            &index.vector(&a)
+        ));
+        assert!(!fits(&index.vector(&b), &index.vector(&a)));
+    }
+}

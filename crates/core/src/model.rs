@@ -1,0 +1,296 @@
+//! The domain: scaling groups and their policy, instance templates, agents, sessions, images.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::slots::Slots;
+
+/// Milliseconds since the Unix epoch. The core never reads a clock: time is always an argument.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    pub fn plus_secs(self, secs: u64) -> Timestamp {
+        Timestamp(
+            self.0
+                .saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
+        )
+    }
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(pub String);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                $name(s.to_string())
+            }
+        }
+    };
+}
+
+id_type!(
+    /// An agent's identifier, unique within the manager.
+    AgentId
+);
+id_type!(
+    /// A session's identifier, unique within the manager.
+    SessionId
+);
+
+/// How a group scales: the logic half of its scaling driver.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKind {
+    /// Never launches or terminates: the on-premise default.
+    #[default]
+    Fixed,
+    /// Launches for unmet demand and headroom, marks idle agents, terminates drained ones.
+    Demand,
+}
+
+/// A group's scaling policy. Fields not given take these defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScalingPolicy {
+    pub kind: PolicyKind,
+    /// Agents the policy never scales below.
+    pub min_nodes: u32,
+    /// Agents (alive, marked, lost, or launching) the group never exceeds.
+    pub max_nodes: u32,
+    /// Minimum shares: free capacity the group keeps so that a few sessions start at once.
+    pub headroom: Slots,
+    /// How long an agent stays idle before scale-in marks it.
+    pub idle_wait_secs: u64,
+    /// No new launch within this long after the last one.
+    pub cooldown_secs: u64,
+    /// Cap on instances launched in one pass.
+    pub max_launches_per_pass: u32,
+}
+
+impl Default for ScalingPolicy {
+    fn default() -> Self {
+        ScalingPolicy {
+            kind: PolicyKind::Fixed,
+            min_nodes: 0,
+            max_nodes: 100,
+            headroom: Slots::new(),
+            idle_wait_secs: 600,
+            cooldown_secs: 60,
+            max_launches_per_pass: 1000,
+        }
+    }
+}
+
+/// The order in which pending sessions are considered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sequencer {
+    /// Oldest first.
+    #[default]
+    Fifo,
+    /// Newest first.
+    Lifo,
+    /// Highest priority first, oldest first within a priority.
+    Priority,
+    /// The owner with the smallest dominant share first (dominant resource fairness).
+    Drf,
+}
+
+/// Where a session goes among the agents it fits on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// Concentrated: the fullest agent that fits, so that whole agents stay free for scale-in.
+    #[default]
+    Binpack,
+    /// Dispersed: the emptiest agent, so that sessions interfere least.
+    Spread,
+}
+
+/// What a blocked session at the head of the queue does to those behind it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadOfLine {
+    /// Nothing behind a blocked session is placed.
+    Strict,
+    /// Sessions behind a blocked one are placed once it has been blocked for `skip_after` passes.
+    #[default]
+    Backfill,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    pub sequencer: Sequencer,
+    pub placement: Placement,
+    pub head_of_line: HeadOfLine,
+    /// With backfill: passes a blocked session holds back those behind it (0: skip at once).
+    pub skip_after: u32,
+}
+
+/// What a scaling driver can launch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceTemplate {
+    pub name: String,
+    pub slots: Slots,
+    /// Price per hour, in the operator's currency.
+    #[serde(alias = "price", default)]
+    pub price_per_hour: f64,
+    /// Most instances of this template at once.
+    #[serde(default)]
+    pub max: u32,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A named pool of agents, its policy, its templates and its scheduler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ScalingGroup {
+    pub name: String,
+    pub policy: ScalingPolicy,
+    pub scheduler: SchedulerConfig,
+    pub templates: Vec<InstanceTemplate>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentState {
+    /// Takes new sessions.
+    #[default]
+    Alive,
+    /// Chosen for scale-in (or drained by hand): takes nothing new, is terminated once empty.
+    Marked,
+    /// Missed its heartbeats.
+    Lost,
+    Terminated,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agent {
+    pub id: AgentId,
+    #[serde(default)]
+    pub group: String,
+    /// The template it was launched from; `None` for agents that joined by hand.
+    #[serde(default)]
+    pub template: Option<String>,
+    pub capacity: Slots,
+    #[serde(default)]
+    pub allocated: Slots,
+    #[serde(default)]
+    pub state: AgentState,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Joined by itself with its own key: the provider cannot terminate it.
+    #[serde(default)]
+    pub external: bool,
+    /// When it last became idle (nothing allocated); `None` while busy.
+    #[serde(default)]
+    pub idle_since: Option<Timestamp>,
+}
+
+impl Agent {
+    /// Free capacity; an over-allocated agent (a peer's bad report) has none.
+    pub fn available(&self) -> Slots {
+        self.capacity
+            .checked_sub(&self.allocated)
+            .unwrap_or_default()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.allocated.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionType {
+    #[default]
+    Interactive,
+    Batch,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    #[default]
+    Pending,
+    /// Placed on an agent, not yet started.
+    Scheduled,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Rejected,
+}
+
+impl SessionState {
+    /// Holds capacity on an agent.
+    pub fn holds_capacity(self) -> bool {
+        matches!(self, SessionState::Scheduled | SessionState::Running)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Session {
+    pub id: SessionId,
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub owner: String,
+    /// Higher runs first under the priority sequencer.
+    #[serde(default)]
+    pub priority: i32,
+    pub request: Slots,
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default, rename = "type")]
+    pub kind: SessionType,
+    #[serde(default)]
+    pub submitted_at: Timestamp,
+    #[serde(default)]
+    pub state: SessionState,
+    /// Where it runs, once placed.
+    #[serde(default)]
+    pub agent: Option<AgentId>,
+    /// Passes it has waited at the head of the queue (for backfill's `skip_after`).
+    #[serde(default)]
+    pub blocked_passes: u32,
+}
+
+/// A container image and the least it needs to run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Image {
+    pub name: String,
+    #[serde(default)]
+    pub min_slots: Slots,
+}
+
+/// Instances asked of the provider that have not joined yet: they count as capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InFlight {
+    pub template: String,
+    pub count: u32,
+    #[serde(default)]
+    pub since: Timestamp,
+}

@@ -1,0 +1,1 @@
+//! Scale-out planning: packs unmet demand onto instance templates (being written).

@@ -1,0 +1,656 @@
+//! Resource slots: named, exact, non-negative quantities (`cpu=2,mem=4GiB,gpu=0.5`).
+//!
+//! Amounts are fixed-point integers in thousandths of a unit, so `gpu=0.5` and `cpu=500m` are
+//! exact and no float ever enters the arithmetic.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Thousandths per unit.
+pub const SCALE: u64 = 1000;
+
+/// Errors in slot names, amounts and slot arithmetic. Each names the offending part.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotError {
+    #[error("slot name is empty")]
+    EmptyName,
+    #[error("invalid slot name {0:?}: use lowercase letters, digits, '.', '_' or '-', starting with a letter, at most 64 characters")]
+    InvalidName(String),
+    #[error("{0:?}: expected name=amount")]
+    MissingEquals(String),
+    #[error("slot {0:?} is given twice")]
+    Duplicate(String),
+    #[error("{slot}: amount is empty")]
+    EmptyAmount { slot: String },
+    #[error("{slot}: negative amount {text:?}")]
+    Negative { slot: String, text: String },
+    #[error("{slot}: {text:?} is not a number")]
+    NotANumber { slot: String, text: String },
+    #[error("{slot}: unknown unit {unit:?} in {text:?} (known: m, k, M, G, T, P, Ki, Mi, Gi, Ti, Pi, each optionally followed by B)")]
+    UnknownUnit {
+        slot: String,
+        unit: String,
+        text: String,
+    },
+    #[error("{slot}: {text:?} is finer than a thousandth of a unit")]
+    TooPrecise { slot: String, text: String },
+    #[error("{slot}: {text:?} is too large")]
+    TooLarge { slot: String, text: String },
+    #[error("{slot}: the sum overflows")]
+    Overflow { slot: String },
+    #[error("{slot}: cannot take {rhs} from {lhs}")]
+    Underflow {
+        slot: String,
+        lhs: String,
+        rhs: String,
+    },
+}
+
+/// A validated slot name such as `cpu`, `mem`, `gpu` or `gpu.a100`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SlotName(String);
+
+impl SlotName {
+    pub fn new(name: &str) -> Result<Self, SlotError> {
+        if name.is_empty() {
+            return Err(SlotError::EmptyName);
+        }
+        let mut chars = name.chars();
+        let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase());
+        let rest_ok =
+            chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c));
+        if !first_ok || !rest_ok || name.len() > 64 {
+            return Err(SlotError::InvalidName(name.to_string()));
+        }
+        Ok(SlotName(name.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Byte-valued slots print with binary units (`4GiB`).
+    pub fn is_bytes(&self) -> bool {
+        let base = self.0.split('.').next().unwrap_or_default();
+        base == "mem" || base == "disk"
+    }
+}
+
+impl fmt::Display for SlotName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SlotName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        SlotName::new(&s).map_err(de::Error::custom)
+    }
+}
+
+/// An exact, non-negative amount, stored in thousandths of a unit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Quantity(u64);
+
+impl Quantity {
+    pub const ZERO: Quantity = Quantity(0);
+
+    pub const fn from_milli(milli: u64) -> Self {
+        Quantity(milli)
+    }
+
+    /// Whole units; `None` on overflow.
+    pub const fn from_units(units: u64) -> Option<Self> {
+        match units.checked_mul(SCALE) {
+            Some(m) => Some(Quantity(m)),
+            None => None,
+        }
+    }
+
+    pub const fn milli(self) -> u64 {
+        self.0
+    }
+
+    pub const fn is_zero(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Parses an amount such as `2`, `0.5`, `500m`, `4GiB` or `16G` for the named slot.
+    pub fn parse(slot: &str, text: &str) -> Result<Self, SlotError> {
+        let err_text = || text.to_string();
+        let t = text.trim();
+        if t.is_empty() {
+            return Err(SlotError::EmptyAmount { slot: slot.into() });
+        }
+        if t.starts_with('-') {
+            return Err(SlotError::Negative {
+                slot: slot.into(),
+                text: err_text(),
+            });
+        }
+        let t = t.strip_prefix('+').unwrap_or(t);
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (number, unit) = t.split_at(split);
+        let multiplier_milli = unit_multiplier(unit).ok_or_else(|| SlotError::UnknownUnit {
+            slot: slot.into(),
+            unit: unit.to_string(),
+            text: err_text(),
+        })?;
+        let (int_part, frac_part) = match number.split_once('.') {
+            Some((i, f)) => (i, f),
+            None => (number, ""),
+        };
+        let digits_ok = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        if (int_part.is_empty() && frac_part.is_empty())
+            || !digits_ok(int_part)
+            || !digits_ok(frac_part)
+        {
+            return Err(SlotError::NotANumber {
+                slot: slot.into(),
+                text: err_text(),
+            });
+        }
+        let too_large = || SlotError::TooLarge {
+            slot: slot.into(),
+            text: err_text(),
+        };
+        // Value = (int_part.frac_part) * multiplier, computed exactly as a fraction.
+        let frac_part = frac_part.trim_end_matches('0');
+        if frac_part.len() > 30 {
+            return Err(SlotError::TooPrecise {
+                slot: slot.into(),
+                text: err_text(),
+            });
+        }
+        let mut mantissa: u128 = 0;
+        for b in int_part.bytes().chain(frac_part.bytes()) {
+            mantissa = mantissa
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(u128::from(b - b'0')))
+                .ok_or_else(too_large)?;
+        }
+        let denominator = 10u128.pow(frac_part.len() as u32);
+        let scaled = mantissa
+            .checked_mul(u128::from(multiplier_milli))
+            .ok_or_else(too_large)?;
+        if scaled % denominator != 0 {
+            return Err(SlotError::TooPrecise {
+                slot: slot.into(),
+                text: err_text(),
+            });
+        }
+        u64::try_from(scaled / denominator)
+            .map(Quantity)
+            .map_err(|_| too_large())
+    }
+
+    /// People's form for the named slot: `4GiB` for byte slots when exact, else `0.5`, `2`.
+    pub fn display_for(self, slot: &SlotName) -> String {
+        if slot.is_bytes() && self.0 % SCALE == 0 && self.0 > 0 {
+            let bytes = self.0 / SCALE;
+            for (suffix, size) in [
+                ("PiB", 1u64 << 50),
+                ("TiB", 1 << 40),
+                ("GiB", 1 << 30),
+                ("MiB", 1 << 20),
+                ("KiB", 1 << 10),
+            ] {
+                if bytes % size == 0 {
+                    return format!("{}{}", bytes / size, suffix);
+                }
+            }
+        }
+        self.to_string()
+    }
+}
+
+/// Decimal form, without units: `2`, `0.5`, `1.125`.
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (int, frac) = (self.0 / SCALE, self.0 % SCALE);
+        if frac == 0 {
+            write!(f, "{int}")
+        } else {
+            let frac = format!("{frac:03}");
+            write!(f, "{int}.{}", frac.trim_end_matches('0'))
+        }
+    }
+}
+
+/// Multiplier of a unit suffix, in thousandths.
+fn unit_multiplier(unit: &str) -> Option<u64> {
+    if unit == "m" {
+        return Some(1);
+    }
+    let base = unit.strip_suffix('B').unwrap_or(unit);
+    let m = match base {
+        "" => 1,
+        "k" | "K" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "P" => 1_000_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "Pi" => 1 << 50,
+        _ => return None,
+    };
+    Some(m * SCALE)
+}
+
+/// A set of named amounts. Absent slots are zero; zero amounts are never stored, so two equal
+/// sets compare equal.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Slots(BTreeMap<SlotName, Quantity>);
+
+impl Slots {
+    pub fn new() -> Self {
+        Slots::default()
+    }
+
+    /// Builds from pairs, refusing duplicates.
+    pub fn from_pairs<I: IntoIterator<Item = (SlotName, Quantity)>>(
+        pairs: I,
+    ) -> Result<Self, SlotError> {
+        let mut map = BTreeMap::new();
+        for (name, q) in pairs {
+            if map.contains_key(&name) {
+                return Err(SlotError::Duplicate(name.0));
+            }
+            map.insert(name, q);
+        }
+        map.retain(|_, q: &mut Quantity| !q.is_zero());
+        Ok(Slots(map))
+    }
+
+    pub fn get(&self, name: &str) -> Quantity {
+        // Slot names are short; a linear lookup by &str avoids building a SlotName.
+        self.0
+            .iter()
+            .find(|(k, _)| k.as_str() == name)
+            .map(|(_, q)| *q)
+            .unwrap_or_default()
+    }
+
+    pub fn set(&mut self, name: SlotName, q: Quantity) {
+        if q.is_zero() {
+            self.0.remove(&name);
+        } else {
+            self.0.insert(name, q);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&SlotName, Quantity)> {
+        self.0.iter().map(|(k, v)| (k, *v))
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &SlotName> {
+        self.0.keys()
+    }
+
+    pub fn checked_add(&self, other: &Slots) -> Result<Slots, SlotError> {
+        let mut out = self.clone();
+        for (name, q) in other.iter() {
+            let sum =
+                out.get(name.as_str())
+                    .0
+                    .checked_add(q.0)
+                    .ok_or_else(|| SlotError::Overflow {
+                        slot: name.0.clone(),
+                    })?;
+            out.set(name.clone(), Quantity(sum));
+        }
+        Ok(out)
+    }
+
+    pub fn checked_sub(&self, other: &Slots) -> Result<Slots, SlotError> {
+        let mut out = self.clone();
+        for (name, q) in other.iter() {
+            let have = out.get(name.as_str());
+            let diff = have
+                .0
+                .checked_sub(q.0)
+                .ok_or_else(|| SlotError::Underflow {
+                    slot: name.0.clone(),
+                    lhs: have.display_for(name),
+                    rhs: q.display_for(name),
+                })?;
+            out.set(name.clone(), Quantity(diff));
+        }
+        Ok(out)
+    }
+
+    /// Every slot of `self` is at most the same slot of `capacity`.
+    pub fn fits_in(&self, capacity: &Slots) -> bool {
+        self.iter()
+            .all(|(name, q)| q <= capacity.get(name.as_str()))
+    }
+
+    /// Per-slot maximum of the two sets.
+    pub fn max(&self, other: &Slots) -> Slots {
+        let mut out = self.clone();
+        for (name, q) in other.iter() {
+            if q > out.get(name.as_str()) {
+                out.set(name.clone(), q);
+            }
+        }
+        out
+    }
+
+    /// The largest fraction `self[s] / total[s]` over all slots: DRF's dominant share.
+    pub fn dominant_share(&self, total: &Slots) -> Share {
+        self.iter()
+            .map(|(name, q)| Share::new(q.0, total.get(name.as_str()).0))
+            .max()
+            .unwrap_or(Share::ZERO)
+    }
+}
+
+/// An exact fraction `used / total`, ordered by value; `x / 0` for `x > 0` is infinite.
+#[derive(Debug, Clone, Copy)]
+pub struct Share {
+    used: u64,
+    total: u64,
+}
+
+impl Share {
+    pub const ZERO: Share = Share { used: 0, total: 1 };
+
+    pub fn new(used: u64, total: u64) -> Self {
+        if used == 0 {
+            Share::ZERO
+        } else {
+            Share { used, total }
+        }
+    }
+
+    pub fn as_f64(self) -> f64 {
+        if self.total == 0 {
+            f64::INFINITY
+        } else {
+            self.used as f64 / self.total as f64
+        }
+    }
+}
+
+impl PartialEq for Share {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
+impl Eq for Share {}
+impl PartialOrd for Share {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Share {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // a/b vs c/d  <=>  a*d vs c*b, exact in u128; zero totals are infinite.
+        match (self.total == 0, other.total == 0) {
+            (true, true) => std::cmp::Ordering::Equal,
+            (true, false) => std::cmp::Ordering::Greater,
+            (false, true) => std::cmp::Ordering::Less,
+            _ => (u128::from(self.used) * u128::from(other.total))
+                .cmp(&(u128::from(other.used) * u128::from(self.total))),
+        }
+    }
+}
+
+/// `cpu=2,gpu=0.5,mem=4GiB`, sorted by name; the empty set prints as the empty string.
+impl fmt::Display for Slots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (name, q)) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{name}={}", q.display_for(name))?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Slots {
+    type Err = SlotError;
+
+    /// Parses `cpu=2,mem=4GiB,gpu=0.5`; white space around parts is ignored.
+    fn from_str(s: &str) -> Result<Self, SlotError> {
+        let mut pairs = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (name, amount) = part
+                .split_once('=')
+                .ok_or_else(|| SlotError::MissingEquals(part.to_string()))?;
+            let name = SlotName::new(name.trim())?;
+            let q = Quantity::parse(name.as_str(), amount)?;
+            pairs.push((name, q));
+        }
+        Slots::from_pairs(pairs)
+    }
+}
+
+/// Serialised as an object of people's forms: `{"cpu": "2", "mem": "4GiB"}`.
+impl Serialize for Slots {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, q) in self.iter() {
+            map.serialize_entry(name.as_str(), &q.display_for(name))?;
+        }
+        map.end()
+    }
+}
+
+/// Accepts an object whose values are strings with units or plain non-negative numbers, or one
+/// string in the `cpu=2,mem=4GiB` form.
+impl<'de> Deserialize<'de> for Slots {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(SlotsVisitor)
+    }
+}
+
+struct SlotsVisitor;
+
+impl<'de> Visitor<'de> for SlotsVisitor {
+    type Value = Slots;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(r#"resource slots as an object such as {"cpu": 2, "mem": "4GiB"} or a string such as "cpu=2,mem=4GiB""#)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Slots, E> {
+        v.parse().map_err(E::custom)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Slots, A::Error> {
+        let mut pairs = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let name = SlotName::new(&key).map_err(de::Error::custom)?;
+            let text = map.next_value::<AmountText>()?.0;
+            let q = Quantity::parse(&key, &text).map_err(de::Error::custom)?;
+            pairs.push((name, q));
+        }
+        Slots::from_pairs(pairs).map_err(de::Error::custom)
+    }
+}
+
+/// An amount as written: a string, or a JSON number kept as its decimal text.
+struct AmountText(String);
+
+impl<'de> Deserialize<'de> for AmountText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = AmountText;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an amount: a non-negative number or a string such as \"4GiB\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<AmountText, E> {
+                Ok(AmountText(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<AmountText, E> {
+                Ok(AmountText(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<AmountText, E> {
+                Ok(AmountText(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<AmountText, E> {
+                if !v.is_finite() {
+                    return Err(E::custom("amount is not a finite number"));
+                }
+                // `{}` prints the shortest text that reads back as the same f64: 0.1 stays "0.1".
+                Ok(AmountText(format!("{v}")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(slot: &str, text: &str) -> Result<u64, SlotError> {
+        Quantity::parse(slot, text).map(Quantity::milli)
+    }
+
+    #[test]
+    fn parses_people_forms() {
+        assert_eq!(q("cpu", "2"), Ok(2000));
+        assert_eq!(q("cpu", "500m"), Ok(500));
+        assert_eq!(q("gpu", "0.5"), Ok(500));
+        assert_eq!(q("gpu", ".25"), Ok(250));
+        assert_eq!(q("mem", "4GiB"), Ok(4 * (1 << 30) * 1000));
+        assert_eq!(q("mem", "4Gi"), Ok(4 * (1 << 30) * 1000));
+        assert_eq!(q("mem", "16G"), Ok(16_000_000_000 * 1000));
+        assert_eq!(q("mem", "1.5KiB"), Ok(1536 * 1000));
+    }
+
+    #[test]
+    fn bad_amounts_name_what_is_wrong() {
+        assert!(matches!(q("cpu", "-1"), Err(SlotError::Negative { slot, .. }) if slot == "cpu"));
+        assert!(
+            matches!(q("mem", "4XB"), Err(SlotError::UnknownUnit { unit, .. }) if unit == "XB")
+        );
+        assert!(matches!(
+            q("cpu", "0.0001"),
+            Err(SlotError::TooPrecise { .. })
+        ));
+        assert!(matches!(
+            q("cpu", "99999999999999999999"),
+            Err(SlotError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            q("mem", "20000PiB"),
+            Err(SlotError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            q("cpu", "1.2.3"),
+            Err(SlotError::NotANumber { .. })
+        ));
+        assert!(matches!(q("cpu", "."), Err(SlotError::NotANumber { .. })));
+        assert!(matches!(q("cpu", ""), Err(SlotError::EmptyAmount { .. })));
+    }
+
+    #[test]
+    fn parses_and_prints_sets() {
+        let s: Slots = "cpu=2, mem=4GiB,gpu=0.5".parse().unwrap();
+        assert_eq!(s.to_string(), "cpu=2,gpu=0.5,mem=4GiB");
+        assert_eq!(s.to_string().parse::<Slots>().unwrap(), s);
+        assert_eq!(
+            "gpu.a100=1".parse::<Slots>().unwrap().get("gpu.a100"),
+            Quantity::from_milli(1000)
+        );
+        assert_eq!(
+            "cpu=0".parse::<Slots>().unwrap(),
+            Slots::new(),
+            "zero amounts are not stored"
+        );
+    }
+
+    #[test]
+    fn bad_sets_name_what_is_wrong() {
+        assert_eq!(
+            "cpu=1,cpu=2".parse::<Slots>(),
+            Err(SlotError::Duplicate("cpu".into()))
+        );
+        assert_eq!("=1".parse::<Slots>(), Err(SlotError::EmptyName));
+        assert_eq!(
+            "Cpu=1".parse::<Slots>(),
+            Err(SlotError::InvalidName("Cpu".into()))
+        );
+        assert_eq!(
+            "cpu".parse::<Slots>(),
+            Err(SlotError::MissingEquals("cpu".into()))
+        );
+    }
+
+    #[test]
+    fn arithmetic_is_exact_and_checked() {
+        let a: Slots = "cpu=1.5,gpu=0.5".parse().unwrap();
+        let b: Slots = "cpu=0.5,mem=1GiB".parse().unwrap();
+        let sum = a.checked_add(&b).unwrap();
+        assert_eq!(sum.to_string(), "cpu=2,gpu=0.5,mem=1GiB");
+        assert_eq!(sum.checked_sub(&b).unwrap(), a);
+        let err = a.checked_sub(&b).unwrap_err();
+        assert_eq!(err.to_string(), "mem: cannot take 1GiB from 0");
+        let big = Slots::from_pairs([(
+            SlotName::new("cpu").unwrap(),
+            Quantity::from_milli(u64::MAX),
+        )])
+        .unwrap();
+        assert_eq!(
+            big.checked_add(&a),
+            Err(SlotError::Overflow { slot: "cpu".into() })
+        );
+        assert!(b.fits_in(&sum));
+        assert!(!sum.fits_in(&b));
+        assert_eq!(a.max(&b).to_string(), "cpu=1.5,gpu=0.5,mem=1GiB");
+    }
+
+    #[test]
+    fn dominant_share_is_exact() {
+        let total: Slots = "cpu=100,gpu=8".parse().unwrap();
+        let used: Slots = "cpu=10,gpu=1".parse().unwrap();
+        assert_eq!(used.dominant_share(&total), Share::new(1, 8));
+        let unmet: Slots = "fpga=1".parse().unwrap();
+        assert!(unmet.dominant_share(&total) > Share::new(1000, 1));
+    }
+
+    #[test]
+    fn json_accepts_strings_and_numbers() {
+        let s: Slots = serde_json::from_str(r#"{"cpu": 2, "gpu": 0.5, "mem": "244GiB"}"#).unwrap();
+        assert_eq!(s.to_string(), "cpu=2,gpu=0.5,mem=244GiB");
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"cpu":"2","gpu":"0.5","mem":"244GiB"}"#
+        );
+        let s: Slots = serde_json::from_str(r#""cpu=2""#).unwrap();
+        assert_eq!(s.to_string(), "cpu=2");
+        let err = serde_json::from_str::<Slots>(r#"{"cpu": -1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cpu: negative amount"), "{err}");
+        let err = serde_json::from_str::<Slots>(r#"{"cpu": 1, "cpu": 2}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("slot \"cpu\" is given twice"), "{err}");
+        let err = serde_json::from_str::<Slots>(r#"{"cpu": true}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("an amount"), "{err}");
+    }
+}
