@@ -115,7 +115,7 @@ pub enum Sequencer {
 /// Where a session goes among the agents it fits on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Placement {
+pub enum PlacementStrategy {
     /// Concentrated: the fullest agent that fits, so that whole agents stay free for scale-in.
     #[default]
     Binpack,
@@ -138,10 +138,21 @@ pub enum HeadOfLine {
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
     pub sequencer: Sequencer,
-    pub placement: Placement,
+    pub placement: PlacementStrategy,
     pub head_of_line: HeadOfLine,
     /// With backfill: passes a blocked session holds back those behind it (0: skip at once).
     pub skip_after: u32,
+}
+
+impl SchedulerConfig {
+    /// Whether a session that found no room, blocked for `blocked_passes` passes so far, holds
+    /// back the sessions behind it.
+    pub fn holds_queue(&self, blocked_passes: u32) -> bool {
+        match self.head_of_line {
+            HeadOfLine::Strict => true,
+            HeadOfLine::Backfill => blocked_passes < self.skip_after,
+        }
+    }
 }
 
 /// What a scaling driver can launch.
@@ -201,6 +212,9 @@ pub struct Agent {
     /// Joined by itself with its own key: the provider cannot terminate it.
     #[serde(default)]
     pub external: bool,
+    /// Marked by an operator (drain): the policy never unmarks it.
+    #[serde(default)]
+    pub drained_by_hand: bool,
     /// When it last became idle (nothing allocated); `None` while busy.
     #[serde(default)]
     pub idle_since: Option<Timestamp>,

@@ -1,0 +1,72 @@
+//! `corral bench`: benchmarks that print one comparable `name value unit` line per case.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Subcommand;
+use corral_core::plan::summarize;
+use corral_core::{cycle, workload, PolicyKind};
+
+#[derive(Subcommand)]
+pub enum Target {
+    /// The core engine: scheduling throughput, scale-out planning time and cost.
+    Core {
+        /// Runs per case; the best is reported (the machine's noise only ever slows a run).
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        /// Seed of the synthetic workload.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+}
+
+pub fn run(target: Target) -> Result<()> {
+    match target {
+        Target::Core { runs, seed } => core(runs.max(1), seed),
+    }
+}
+
+fn best_of<T>(runs: u32, mut f: impl FnMut() -> T) -> (f64, T) {
+    let mut best = f64::INFINITY;
+    let mut out = None;
+    for _ in 0..runs {
+        let start = Instant::now();
+        let r = f();
+        best = best.min(start.elapsed().as_secs_f64());
+        out = Some(r);
+    }
+    (best, out.expect("at least one run"))
+}
+
+fn core(runs: u32, seed: u64) -> Result<()> {
+    // 100,000 pending sessions of mixed shapes onto 10,000 heterogeneous agents; the whole pass
+    // (admission, trial placement, scaling, placement) is timed.
+    let snapshot = workload::snapshot(PolicyKind::Fixed, 10_000, 100_000, seed);
+    let (secs, decisions) = best_of(runs, || cycle(&snapshot));
+    println!(
+        "schedule_100k_on_10k {:.0} placements/s",
+        decisions.placements.len() as f64 / secs
+    );
+    eprintln!(
+        "# {} placed, {} waiting, {:.1} ms per pass",
+        decisions.placements.len(),
+        decisions.waiting.len(),
+        secs * 1e3
+    );
+
+    // Scale-out for 100,000 pending sessions over the 20-template catalog, from no agents.
+    let snapshot = workload::snapshot(PolicyKind::Demand, 0, 100_000, seed);
+    let (secs, decisions) = best_of(runs, || cycle(&snapshot));
+    println!("plan_100k_20_templates {:.1} ms", secs * 1e3);
+    let summary = summarize(&snapshot, &decisions);
+    let bound = summary.lower_bound_cost.unwrap_or(f64::NAN);
+    println!(
+        "plan_cost_over_lower_bound {:.4} ratio",
+        summary.cost_per_hour / bound
+    );
+    eprintln!(
+        "# {} nodes, {:.2}/h, lower bound {:.2}/h, {} left waiting",
+        summary.node_count, summary.cost_per_hour, bound, summary.unplaced
+    );
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! Admission: refuse at once what no agent and no launchable template could ever hold.
+
+use crate::decisions::{Excess, Infeasible};
+use crate::dense::{fits, SlotIndex, Vector};
+use crate::model::{AgentState, PolicyKind};
+use crate::slots::{Quantity, Slots};
+use crate::snapshot::Snapshot;
+
+/// The capacities a session could ever get in a group: the total capacity of each live, unmarked
+/// agent, and the slots of each template the policy may launch.
+pub fn candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
+    let policy = &snapshot.group.policy;
+    let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
+    let agents = snapshot
+        .agents
+        .iter()
+        .filter(|a| a.state == AgentState::Alive)
+        .map(|a| &a.capacity);
+    let templates = snapshot
+        .group
+        .templates
+        .iter()
+        .filter(move |t| launchable && t.max > 0)
+        .map(|t| &t.slots);
+    agents.chain(templates)
+}
+
+/// Checks one request against a snapshot (the synchronous check at submit).
+pub fn admit(snapshot: &Snapshot, required: &Slots) -> Result<(), Infeasible> {
+    let index = SlotIndex::of(candidates(snapshot).chain([required]));
+    let admission = Admission::new(&index, candidates(snapshot).map(|c| index.vector(c)));
+    admission.check(&index, &index.vector(required))
+}
+
+/// Candidate capacities reduced to those no other candidate dominates, so a check costs a few
+/// comparisons however many agents share a shape.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    frontier: Vec<Vector>,
+    largest: Vector,
+}
+
+impl Admission {
+    pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = Vector>) -> Self {
+        let mut all: Vec<Vector> = capacities.into_iter().collect();
+        all.sort_unstable();
+        all.dedup();
+        let mut largest = vec![0u64; index.len()].into_boxed_slice();
+        for c in &all {
+            for (l, v) in largest.iter_mut().zip(c.iter()) {
+                *l = (*l).max(*v);
+            }
+        }
+        let frontier = all
+            .iter()
+            .filter(|c| !all.iter().any(|d| d != *c && fits(c, d)))
+            .cloned()
+            .collect();
+        Admission { frontier, largest }
+    }
+
+    pub fn check(&self, index: &SlotIndex, need: &[u64]) -> Result<(), Infeasible> {
+        if self.frontier.iter().any(|c| fits(need, c)) {
+            return Ok(());
+        }
+        if self.frontier.is_empty() {
+            return Err(Infeasible::NoCapacity);
+        }
+        let excess: Vec<Excess> = index
+            .names()
+            .iter()
+            .zip(need.iter().zip(self.largest.iter()))
+            .filter(|(_, (n, l))| n > l)
+            .map(|(slot, (n, l))| Excess {
+                slot: slot.clone(),
+                requested: Quantity::from_milli(*n),
+                largest: Quantity::from_milli(*l),
+            })
+            .collect();
+        if excess.is_empty() {
+            Err(Infeasible::NoSingleFit {
+                requested: index.slots(need),
+            })
+        } else {
+            Err(Infeasible::Exceeds(excess))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::*;
+
+    fn group(kind: PolicyKind, templates: &[(&str, &str, u32)]) -> Snapshot {
+        Snapshot {
+            now: Timestamp(0),
+            group: ScalingGroup {
+                name: "g".into(),
+                policy: ScalingPolicy {
+                    kind,
+                    ..ScalingPolicy::default()
+                },
+                scheduler: SchedulerConfig::default(),
+                templates: templates
+                    .iter()
+                    .map(|(name, slots, max)| InstanceTemplate {
+                        name: name.to_string(),
+                        slots: slots.parse().unwrap(),
+                        price_per_hour: 1.0,
+                        max: *max,
+                        labels: Default::default(),
+                    })
+                    .collect(),
+            },
+            agents: vec![],
+            sessions: vec![],
+            images: vec![],
+            in_flight: vec![],
+            last_scale_out: None,
+        }
+    }
+
+    fn agent(id: &str, capacity: &str, state: AgentState) -> Agent {
+        Agent {
+            id: id.into(),
+            group: "g".into(),
+            template: None,
+            capacity: capacity.parse().unwrap(),
+            allocated: Slots::new(),
+            state,
+            labels: Default::default(),
+            external: false,
+            drained_by_hand: false,
+            idle_since: None,
+        }
+    }
+
+    fn check(s: &Snapshot, request: &str) -> Result<(), String> {
+        admit(s, &request.parse().unwrap()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn refuses_more_gpu_than_any_template_offers() {
+        let s = group(
+            PolicyKind::Demand,
+            &[
+                ("g1", "cpu=8,gpu=1,mem=32GiB", 10),
+                ("c", "cpu=64,mem=128GiB", 10),
+            ],
+        );
+        assert_eq!(
+            check(&s, "gpu=1.5"),
+            Err("gpu=1.5 requested; the largest agent or template offers gpu=1".into())
+        );
+        assert_eq!(check(&s, "gpu=1,cpu=8"), Ok(()));
+        assert_eq!(
+            check(&s, "gpu=1,cpu=16"),
+            Err(
+                "cpu=16,gpu=1 requested; no single agent or template offers all of it at once"
+                    .into()
+            )
+        );
+        assert_eq!(
+            check(&s, "fpga=1"),
+            Err("fpga=1 requested; the largest agent or template offers fpga=0".into())
+        );
+    }
+
+    #[test]
+    fn templates_count_only_when_the_policy_can_launch_them() {
+        let fixed = group(PolicyKind::Fixed, &[("g1", "gpu=1", 10)]);
+        assert_eq!(
+            check(&fixed, "gpu=1"),
+            Err("the group has no live agent and no launchable template".into())
+        );
+        let zero_max = group(PolicyKind::Demand, &[("g1", "gpu=1", 0)]);
+        assert!(check(&zero_max, "gpu=1").is_err());
+    }
+
+    #[test]
+    fn only_live_unmarked_agents_count() {
+        let mut s = group(PolicyKind::Fixed, &[]);
+        s.agents = vec![
+            agent("a", "gpu=8", AgentState::Marked),
+            agent("b", "gpu=4", AgentState::Lost),
+            agent("c", "gpu=2", AgentState::Alive),
+        ];
+        assert_eq!(check(&s, "gpu=2"), Ok(()));
+        assert_eq!(
+            check(&s, "gpu=3"),
+            Err("gpu=3 requested; the largest agent or template offers gpu=2".into())
+        );
+    }
+
+    #[test]
+    fn total_capacity_counts_not_free_capacity() {
+        let mut s = group(PolicyKind::Fixed, &[]);
+        let mut busy = agent("a", "cpu=4", AgentState::Alive);
+        busy.allocated = "cpu=4".parse().unwrap();
+        s.agents = vec![busy];
+        assert_eq!(check(&s, "cpu=4"), Ok(()));
+    }
+}

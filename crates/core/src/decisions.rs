@@ -1,0 +1,173 @@
+//! What one pass decides, each decision with the reason people read in events.
+
+use std::fmt;
+
+use serde::{Serialize, Serializer};
+
+use crate::model::{AgentId, SessionId, Timestamp};
+use crate::slots::{Quantity, SlotName, Slots};
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Decisions {
+    pub rejections: Vec<Rejection>,
+    pub launches: Vec<Launch>,
+    pub marks: Vec<AgentDecision>,
+    pub unmarks: Vec<AgentDecision>,
+    pub terminations: Vec<AgentDecision>,
+    pub placements: Vec<Placement>,
+    /// Every admitted session left pending, with why it waits.
+    pub waiting: Vec<Waiting>,
+    /// The demand (plus headroom) handed to the launch planner: what the launches serve.
+    pub scale_out_demand: Slots,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Rejection {
+    pub session: SessionId,
+    #[serde(serialize_with = "as_text")]
+    pub reason: Infeasible,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Launch {
+    pub template: String,
+    pub count: u32,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentDecision {
+    pub agent: AgentId,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Placement {
+    pub session: SessionId,
+    pub agent: AgentId,
+    /// The required shares the session takes on the agent.
+    pub slots: Slots,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Waiting {
+    pub session: SessionId,
+    #[serde(serialize_with = "as_text")]
+    pub reason: WaitReason,
+}
+
+/// Why a request can never run in its group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Infeasible {
+    /// No live agent and no launchable template at all.
+    NoCapacity,
+    /// Some slots exceed what any single agent or template offers.
+    Exceeds(Vec<Excess>),
+    /// Each slot fits somewhere, but no single agent or template holds all of them together.
+    NoSingleFit { requested: Slots },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excess {
+    pub slot: SlotName,
+    pub requested: Quantity,
+    pub largest: Quantity,
+}
+
+impl fmt::Display for Infeasible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Infeasible::NoCapacity => {
+                f.write_str("the group has no live agent and no launchable template")
+            }
+            Infeasible::Exceeds(excess) => {
+                for (i, e) in excess.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(
+                        f,
+                        "{slot}={} requested; the largest agent or template offers {slot}={}",
+                        e.requested.display_for(&e.slot),
+                        e.largest.display_for(&e.slot),
+                        slot = e.slot
+                    )?;
+                }
+                Ok(())
+            }
+            Infeasible::NoSingleFit { requested } => {
+                write!(
+                    f,
+                    "{requested} requested; no single agent or template offers all of it at once"
+                )
+            }
+        }
+    }
+}
+
+/// Why an admitted session is still pending after a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitReason {
+    /// It fits an instance that was launched earlier and has not joined yet.
+    InFlight { template: String },
+    /// It fits an instance this pass launches.
+    Launching { template: String },
+    /// It would fit now, but a blocked session ahead of it holds the queue.
+    HeldBehind { session: SessionId },
+    /// No agent has room, and the policy does not launch for it now.
+    NoRoom { because: NoLaunch },
+}
+
+/// Why the policy launches nothing for a session that has no room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoLaunch {
+    /// The policy is `fixed`: it waits for running sessions to end.
+    FixedPolicy,
+    /// The policy launched recently.
+    Cooldown { until: Timestamp },
+    /// The group or every fitting template is at its maximum.
+    AtMax,
+    /// No template holds it: only agents that are busy now can.
+    NoTemplate,
+    /// Room exists, but the session queue in front of it has not got there yet.
+    Queue,
+}
+
+impl fmt::Display for WaitReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WaitReason::InFlight { template } => {
+                write!(f, "waits for a {template} instance that is starting")
+            }
+            WaitReason::Launching { template } => write!(
+                f,
+                "waits for a new {template} instance (launched in this pass)"
+            ),
+            WaitReason::HeldBehind { session } => {
+                write!(f, "held behind session {session} at the head of the queue")
+            }
+            WaitReason::NoRoom { because } => {
+                f.write_str("no agent has room")?;
+                match because {
+                    NoLaunch::FixedPolicy => f.write_str(
+                        "; the policy is fixed, so it waits for running sessions to end",
+                    ),
+                    NoLaunch::Cooldown { until } => {
+                        write!(f, "; scale-out cools down until {} ms", until.0)
+                    }
+                    NoLaunch::AtMax => {
+                        f.write_str("; the group or every template that fits is at its maximum")
+                    }
+                    NoLaunch::NoTemplate => f.write_str(
+                        "; no template holds it, so it waits for running sessions to end",
+                    ),
+                    NoLaunch::Queue => f.write_str(" yet"),
+                }
+            }
+        }
+    }
+}
+
+fn as_text<T: fmt::Display, S: Serializer>(value: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(value)
+}

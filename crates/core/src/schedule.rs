@@ -1,0 +1,494 @@
+//! Scheduling: a sequencer orders pending sessions, placement finds each an agent.
+//!
+//! Free capacity is indexed per slot (ordered sets keyed by free amount), so finding an agent is a
+//! range walk rather than a scan of every agent; identical requests share one equivalence class,
+//! and a class that found no room once in a pass is not searched again (capacity only shrinks
+//! during a pass).
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+
+use crate::dense::{self, fits, Vector};
+use crate::model::{PlacementStrategy, SchedulerConfig, Sequencer, Session};
+use crate::slots::Share;
+
+/// The order in which to consider `sessions` (indexes into it).
+///
+/// `needs[i]` is the required shares of `sessions[i]`; `usage` is what each owner holds now and
+/// `total` the group's capacity, both for DRF.
+pub fn sequence(
+    sequencer: Sequencer,
+    sessions: &[&Session],
+    needs: &[Vector],
+    usage: &BTreeMap<&str, Vector>,
+    total: &[u64],
+) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..sessions.len()).collect();
+    let fifo = |&i: &usize| (sessions[i].submitted_at, &sessions[i].id);
+    match sequencer {
+        Sequencer::Fifo => order.sort_by_key(fifo),
+        Sequencer::Lifo => {
+            order.sort_by_key(|&i| (Reverse(sessions[i].submitted_at), &sessions[i].id))
+        }
+        Sequencer::Priority => order.sort_by_key(|&i| {
+            (
+                Reverse(sessions[i].priority),
+                sessions[i].submitted_at,
+                &sessions[i].id,
+            )
+        }),
+        Sequencer::Drf => {
+            order.sort_by_key(fifo);
+            order = drf_order(&order, sessions, needs, usage, total);
+        }
+    }
+    order
+}
+
+/// Progressive filling: repeatedly serve the owner with the smallest dominant share, as if each
+/// session served were placed.
+fn drf_order(
+    fifo: &[usize],
+    sessions: &[&Session],
+    needs: &[Vector],
+    usage: &BTreeMap<&str, Vector>,
+    total: &[u64],
+) -> Vec<usize> {
+    let mut queues: BTreeMap<&str, VecDeque<usize>> = BTreeMap::new();
+    for &i in fifo {
+        queues
+            .entry(sessions[i].owner.as_str())
+            .or_default()
+            .push_back(i);
+    }
+    let share = |used: &[u64]| {
+        used.iter()
+            .zip(total)
+            .map(|(&u, &t)| Share::new(u, t))
+            .max()
+            .unwrap_or(Share::ZERO)
+    };
+    let mut owners: Vec<(Vec<u64>, VecDeque<usize>)> = Vec::with_capacity(queues.len());
+    let mut heap = BinaryHeap::new();
+    for (owner, queue) in queues {
+        let used = usage
+            .get(owner)
+            .map(|u| u.to_vec())
+            .unwrap_or_else(|| vec![0; total.len()]);
+        heap.push(Reverse((share(&used), owners.len())));
+        owners.push((used, queue));
+    }
+    let mut order = Vec::with_capacity(fifo.len());
+    while let Some(Reverse((_, o))) = heap.pop() {
+        let (used, queue) = &mut owners[o];
+        let Some(i) = queue.pop_front() else { continue };
+        order.push(i);
+        dense::add(used, &needs[i]);
+        if !queue.is_empty() {
+            heap.push(Reverse((share(used), o)));
+        }
+    }
+    order
+}
+
+/// Free capacity of the agents sessions may go to, indexed per slot.
+#[derive(Debug, Clone)]
+pub struct FreeIndex {
+    free: Vec<Vector>,
+    open: Vec<bool>,
+    by_slot: Vec<BTreeSet<(u64, u32)>>,
+    /// Per slot, the most any agent has: scales requests when choosing the slot to search by.
+    biggest: Vector,
+}
+
+impl FreeIndex {
+    /// `free[i]` is agent i's free capacity over `dims` slots; only agents with `open[i]` receive
+    /// sessions.
+    pub fn new(dims: usize, free: Vec<Vector>, open: Vec<bool>) -> Self {
+        let mut by_slot = vec![BTreeSet::new(); dims];
+        let mut biggest = vec![0u64; dims].into_boxed_slice();
+        for (i, f) in free.iter().enumerate().filter(|(i, _)| open[*i]) {
+            for d in 0..dims {
+                by_slot[d].insert((f[d], i as u32));
+                biggest[d] = biggest[d].max(f[d]);
+            }
+        }
+        FreeIndex {
+            free,
+            open,
+            by_slot,
+            biggest,
+        }
+    }
+
+    pub fn free(&self, agent: usize) -> &[u64] {
+        &self.free[agent]
+    }
+
+    pub fn is_open(&self, agent: usize) -> bool {
+        self.open[agent]
+    }
+
+    /// Lets sessions go to one more agent (one unmarked in this pass).
+    pub fn open(&mut self, agent: usize) {
+        if !self.open[agent] {
+            self.open[agent] = true;
+            for (d, tree) in self.by_slot.iter_mut().enumerate() {
+                tree.insert((self.free[agent][d], agent as u32));
+                self.biggest[d] = self.biggest[d].max(self.free[agent][d]);
+            }
+        }
+    }
+
+    /// The agent `need` goes to under `placement`, if any has room.
+    pub fn find(&self, need: &[u64], placement: PlacementStrategy) -> Option<usize> {
+        self.search(need, placement, None).map(|(agent, _)| agent)
+    }
+
+    /// Like `find`, resuming where the last search of the same class stopped: agents it walked
+    /// past did not fit, and capacity only shrinks during a pass, so they need not be walked
+    /// again. Returns the agent and where to resume next time.
+    fn search(
+        &self,
+        need: &[u64],
+        placement: PlacementStrategy,
+        resume: Option<Cursor>,
+    ) -> Option<(usize, Cursor)> {
+        let Some(key) = self.key_slot(need) else {
+            // A request with no slots at all fits any open agent.
+            let agent = self.open.iter().position(|&o| o)?;
+            return Some((agent, Cursor::default()));
+        };
+        let tree = &self.by_slot[key];
+        let from = (need[key], 0u32);
+        let fitting = |&&(_, i): &&(u64, u32)| fits(need, &self.free[i as usize]);
+        let found = match (placement, resume) {
+            // Best fit on the scarcest slot of the request: fill the fullest agent first.
+            (PlacementStrategy::Binpack, None) => tree.range(from..).find(fitting),
+            (PlacementStrategy::Binpack, Some(c)) => {
+                let last = c.agent as usize;
+                if self.open[last] && fits(need, &self.free[last]) {
+                    return Some((last, c));
+                }
+                let start = c.position.max(from);
+                // Agents that shrank from above the cursor to below it were not walked yet.
+                tree.range(start..)
+                    .find(fitting)
+                    .or_else(|| tree.range(from..start).find(fitting))
+            }
+            // Most free of that slot: spread the load. Agents above the cursor were walked
+            // past, and agents never grow, so the walk goes on from the cursor down.
+            (PlacementStrategy::Spread, None) => tree.range(from..).rev().find(fitting),
+            (PlacementStrategy::Spread, Some(c)) if c.position < from => None,
+            (PlacementStrategy::Spread, Some(c)) => {
+                tree.range(from..=c.position).rev().find(fitting)
+            }
+        };
+        found.map(|&(k, i)| {
+            (
+                i as usize,
+                Cursor {
+                    position: (k, i),
+                    agent: i,
+                },
+            )
+        })
+    }
+
+    /// Takes `need` from the agent's free capacity.
+    pub fn take(&mut self, agent: usize, need: &[u64]) {
+        for (d, &n) in need.iter().enumerate() {
+            if n > 0 {
+                let old = self.free[agent][d];
+                self.by_slot[d].remove(&(old, agent as u32));
+                self.by_slot[d].insert((old - n, agent as u32));
+            }
+        }
+        dense::take(&mut self.free[agent], need);
+    }
+
+    /// The requested slot that is largest relative to the biggest agent: the one that rules out
+    /// the most agents, so the range walk starts past them.
+    fn key_slot(&self, need: &[u64]) -> Option<usize> {
+        let mut best: Option<(usize, Share)> = None;
+        for (d, &n) in need.iter().enumerate().filter(|(_, &n)| n > 0) {
+            let s = Share::new(n, self.biggest[d]);
+            if best.is_none_or(|(_, b)| s > b) {
+                best = Some((d, s));
+            }
+        }
+        best.map(|(d, _)| d)
+    }
+}
+
+/// Where a class's last search found its agent: the agent, and its place in the key slot's order.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cursor {
+    position: (u64, u32),
+    agent: u32,
+}
+
+/// What became of one session in a scheduling pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Placed {
+        agent: usize,
+    },
+    /// No open agent has room.
+    NoRoom,
+    /// It might fit, but the session at this index blocks the head of the queue.
+    HeldBehind {
+        blocker: usize,
+    },
+}
+
+/// One request to place: its required shares, its equivalence class and its passes blocked.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub need: &'a [u64],
+    pub class: usize,
+    pub blocked_passes: u32,
+}
+
+/// Places requests in `order`; returns an outcome per request (indexed like `requests`).
+///
+/// With `hold` false, head-of-line blocking is ignored (the trial placement that measures unmet
+/// demand for the scaler); otherwise `config.head_of_line` applies.
+pub fn place(
+    config: &SchedulerConfig,
+    requests: &[Request],
+    order: &[usize],
+    classes: usize,
+    index: &mut FreeIndex,
+    hold: bool,
+) -> Vec<Outcome> {
+    let mut outcomes = vec![Outcome::NoRoom; requests.len()];
+    let mut class_full = vec![false; classes];
+    let mut cursors: Vec<Option<Cursor>> = vec![None; classes];
+    let mut blocker: Option<usize> = None;
+    for &i in order {
+        if let Some(b) = blocker {
+            outcomes[i] = Outcome::HeldBehind { blocker: b };
+            continue;
+        }
+        let r = &requests[i];
+        let found = if class_full[r.class] {
+            None
+        } else {
+            index.search(r.need, config.placement, cursors[r.class])
+        };
+        match found {
+            Some((agent, cursor)) => {
+                cursors[r.class] = Some(cursor);
+                index.take(agent, r.need);
+                outcomes[i] = Outcome::Placed { agent };
+            }
+            None => {
+                class_full[r.class] = true;
+                if hold && config.holds_queue(r.blocked_passes) {
+                    blocker = Some(i);
+                }
+            }
+        }
+    }
+    outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{HeadOfLine, SessionId, Timestamp};
+
+    fn v(x: &[u64]) -> Vector {
+        x.to_vec().into_boxed_slice()
+    }
+
+    fn session(id: &str, owner: &str, priority: i32, at: i64) -> Session {
+        Session {
+            id: SessionId(id.into()),
+            group: String::new(),
+            owner: owner.into(),
+            priority,
+            request: Default::default(),
+            image: None,
+            kind: Default::default(),
+            submitted_at: Timestamp(at),
+            state: Default::default(),
+            agent: None,
+            blocked_passes: 0,
+        }
+    }
+
+    fn ids(order: &[usize], sessions: &[&Session]) -> Vec<String> {
+        order.iter().map(|&i| sessions[i].id.0.clone()).collect()
+    }
+
+    #[test]
+    fn sequencers_order_as_documented() {
+        let all = [
+            session("a", "x", 0, 3),
+            session("b", "x", 5, 2),
+            session("c", "y", 5, 1),
+            session("d", "y", 0, 0),
+        ];
+        let s: Vec<&Session> = all.iter().collect();
+        let needs = vec![v(&[1]); 4];
+        let usage = BTreeMap::new();
+        let seq = |q| ids(&sequence(q, &s, &needs, &usage, &[10]), &s);
+        assert_eq!(seq(Sequencer::Fifo), ["d", "c", "b", "a"]);
+        assert_eq!(seq(Sequencer::Lifo), ["a", "b", "c", "d"]);
+        assert_eq!(seq(Sequencer::Priority), ["c", "b", "d", "a"]);
+    }
+
+    #[test]
+    fn drf_serves_the_owner_with_the_smallest_dominant_share() {
+        // x already holds half the cpu; y holds nothing, so y's sessions come first until even.
+        let all = [
+            session("x1", "x", 0, 0),
+            session("x2", "x", 0, 1),
+            session("y1", "y", 0, 2),
+            session("y2", "y", 0, 3),
+            session("y3", "y", 0, 4),
+        ];
+        let s: Vec<&Session> = all.iter().collect();
+        let needs = vec![v(&[10, 0]); 5];
+        let usage = BTreeMap::from([("x", v(&[50, 0]))]);
+        let order = sequence(Sequencer::Drf, &s, &needs, &usage, &[100, 8]);
+        assert_eq!(ids(&order, &s), ["y1", "y2", "y3", "x1", "x2"]);
+    }
+
+    fn index(free: &[&[u64]]) -> FreeIndex {
+        FreeIndex::new(
+            free[0].len(),
+            free.iter().map(|f| v(f)).collect(),
+            vec![true; free.len()],
+        )
+    }
+
+    #[test]
+    fn binpack_fills_the_fullest_agent_and_spread_the_emptiest() {
+        let idx = index(&[&[4, 0], &[2, 0], &[8, 0]]);
+        assert_eq!(idx.find(&[2, 0], PlacementStrategy::Binpack), Some(1));
+        assert_eq!(idx.find(&[2, 0], PlacementStrategy::Spread), Some(2));
+        assert_eq!(idx.find(&[9, 0], PlacementStrategy::Binpack), None);
+        // The key slot is gpu (scarcest); the agent with enough gpu but too little cpu is skipped.
+        let idx = index(&[&[1, 4], &[8, 4], &[8, 8]]);
+        assert_eq!(idx.find(&[2, 4], PlacementStrategy::Binpack), Some(1));
+    }
+
+    #[test]
+    fn closed_agents_get_nothing_until_opened() {
+        let mut idx = FreeIndex::new(1, vec![v(&[8]), v(&[8])], vec![false, true]);
+        assert_eq!(idx.find(&[4], PlacementStrategy::Spread), Some(1));
+        idx.take(1, &[8]);
+        assert_eq!(idx.find(&[4], PlacementStrategy::Spread), None);
+        idx.open(0);
+        assert_eq!(idx.find(&[4], PlacementStrategy::Spread), Some(0));
+    }
+
+    fn requests(needs: &[Vector], blocked: u32) -> Vec<Request<'_>> {
+        needs
+            .iter()
+            .enumerate()
+            .map(|(i, n)| Request {
+                need: n,
+                class: i,
+                blocked_passes: blocked,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn strict_head_of_line_holds_everything_behind_a_blocked_session() {
+        let needs = [v(&[2]), v(&[16]), v(&[2])];
+        let order = [0, 1, 2];
+        let strict = SchedulerConfig {
+            head_of_line: HeadOfLine::Strict,
+            ..Default::default()
+        };
+        let out = place(
+            &strict,
+            &requests(&needs, 0),
+            &order,
+            3,
+            &mut index(&[&[8]]),
+            true,
+        );
+        assert_eq!(
+            out,
+            [
+                Outcome::Placed { agent: 0 },
+                Outcome::NoRoom,
+                Outcome::HeldBehind { blocker: 1 }
+            ]
+        );
+        // The trial placement for the scaler ignores the hold.
+        let out = place(
+            &strict,
+            &requests(&needs, 0),
+            &order,
+            3,
+            &mut index(&[&[8]]),
+            false,
+        );
+        assert_eq!(out[2], Outcome::Placed { agent: 0 });
+    }
+
+    #[test]
+    fn backfill_skips_a_blocked_session_after_its_passes() {
+        let needs = [v(&[16]), v(&[2])];
+        let cfg = SchedulerConfig {
+            head_of_line: HeadOfLine::Backfill,
+            skip_after: 2,
+            ..Default::default()
+        };
+        let out = place(
+            &cfg,
+            &requests(&needs, 1),
+            &[0, 1],
+            2,
+            &mut index(&[&[8]]),
+            true,
+        );
+        assert_eq!(out[1], Outcome::HeldBehind { blocker: 0 });
+        let out = place(
+            &cfg,
+            &requests(&needs, 2),
+            &[0, 1],
+            2,
+            &mut index(&[&[8]]),
+            true,
+        );
+        assert_eq!(out[1], Outcome::Placed { agent: 0 });
+    }
+
+    #[test]
+    fn a_class_without_room_is_not_searched_again_and_never_overfills() {
+        let needs = [v(&[3]), v(&[3]), v(&[3])];
+        let reqs: Vec<Request> = needs
+            .iter()
+            .map(|n| Request {
+                need: n,
+                class: 0,
+                blocked_passes: 0,
+            })
+            .collect();
+        let mut idx = index(&[&[4], &[4]]);
+        let out = place(
+            &SchedulerConfig::default(),
+            &reqs,
+            &[0, 1, 2],
+            1,
+            &mut idx,
+            true,
+        );
+        assert_eq!(
+            out.iter()
+                .filter(|o| matches!(o, Outcome::Placed { .. }))
+                .count(),
+            2
+        );
+        assert_eq!(out[2], Outcome::NoRoom);
+        assert_eq!((idx.free(0), idx.free(1)), (&[1u64][..], &[1u64][..]));
+    }
+}

@@ -1,0 +1,58 @@
+//! A group's state at one instant, and the shares computed from it on demand.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Agent, AgentId, AgentState, Image, InFlight, ScalingGroup, Session, SessionState, Timestamp,
+};
+use crate::slots::Slots;
+
+/// Everything one pass of the cycle reads about a group, read in one consistent read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub now: Timestamp,
+    pub group: ScalingGroup,
+    pub agents: Vec<Agent>,
+    /// Pending sessions, and those holding capacity (for fair-share accounting).
+    pub sessions: Vec<Session>,
+    pub images: Vec<Image>,
+    pub in_flight: Vec<InFlight>,
+    /// When the policy last launched anything (for its cooldown).
+    pub last_scale_out: Option<Timestamp>,
+}
+
+impl Snapshot {
+    /// Sessions waiting for a place, in snapshot order.
+    pub fn pending(&self) -> impl Iterator<Item = &Session> {
+        self.sessions
+            .iter()
+            .filter(|s| s.state == SessionState::Pending)
+    }
+
+    /// Free slots of every agent that takes new sessions (alive and unmarked).
+    pub fn available_shares(&self) -> Vec<(&AgentId, Slots)> {
+        self.agents
+            .iter()
+            .filter(|a| a.state == AgentState::Alive)
+            .map(|a| (&a.id, a.available()))
+            .collect()
+    }
+
+    /// The headroom the policy keeps free so that a few sessions start without scaling.
+    pub fn minimum_shares(&self) -> &Slots {
+        &self.group.policy.headroom
+    }
+
+    /// What one session needs: its request raised to its image's minimums.
+    pub fn required_shares(&self, session: &Session) -> Slots {
+        self.required_for(&session.request, session.image.as_deref())
+    }
+
+    /// What a request needs on the given image (an image the group does not know adds nothing).
+    pub fn required_for(&self, request: &Slots, image: Option<&str>) -> Slots {
+        match image.and_then(|name| self.images.iter().find(|i| i.name == name)) {
+            Some(image) => request.max(&image.min_slots),
+            None => request.clone(),
+        }
+    }
+}

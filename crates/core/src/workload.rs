@@ -1,0 +1,149 @@
+//! Synthetic, seeded workloads for benchmarks and tests: a cloud-like template catalog, agents
+//! launched from it, and a mix of CPU and GPU sessions.
+
+use crate::model::*;
+use crate::slots::{Quantity, SlotName, Slots};
+use crate::snapshot::Snapshot;
+
+/// A small deterministic generator (splitmix64): benchmarks need the same mix on every run.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
+
+const GIB: u64 = 1 << 30;
+
+fn slots(cpu: u64, mem_gib: u64, gpu: u64) -> Slots {
+    let name = |n: &str| SlotName::new(n).expect("constant slot name");
+    let milli = |units: u64| Quantity::from_milli(units * 1000);
+    Slots::from_pairs([
+        (name("cpu"), milli(cpu)),
+        (name("mem"), milli(mem_gib * GIB)),
+        (name("gpu"), milli(gpu)),
+    ])
+    .expect("distinct names")
+}
+
+/// Twenty templates shaped and priced like a public cloud's on-demand instances (compute-,
+/// general- and memory-optimised CPU families, and GPU families), each with at most `max`.
+pub fn catalog(max: u32) -> Vec<InstanceTemplate> {
+    #[rustfmt::skip]
+    let rows: [(&str, u64, u64, u64, f64); 20] = [
+        ("c5.large", 2, 4, 0, 0.085), ("c5.xlarge", 4, 8, 0, 0.17), ("c5.2xlarge", 8, 16, 0, 0.34),
+        ("c5.4xlarge", 16, 32, 0, 0.68), ("c5.9xlarge", 36, 72, 0, 1.53), ("c5.18xlarge", 72, 144, 0, 3.06),
+        ("m5.large", 2, 8, 0, 0.096), ("m5.xlarge", 4, 16, 0, 0.192), ("m5.2xlarge", 8, 32, 0, 0.384),
+        ("m5.4xlarge", 16, 64, 0, 0.768), ("m5.12xlarge", 48, 192, 0, 2.304), ("m5.24xlarge", 96, 384, 0, 4.608),
+        ("r5.large", 2, 16, 0, 0.126), ("r5.2xlarge", 8, 64, 0, 0.504), ("r5.8xlarge", 32, 256, 0, 2.016),
+        ("r5.24xlarge", 96, 768, 0, 6.048), ("g4dn.xlarge", 4, 16, 1, 0.526), ("g4dn.12xlarge", 48, 192, 4, 3.912),
+        ("p3.8xlarge", 32, 244, 4, 12.24), ("p3.16xlarge", 64, 488, 8, 24.48),
+    ];
+    rows.iter()
+        .map(|&(name, cpu, mem, gpu, price)| InstanceTemplate {
+            name: name.into(),
+            slots: slots(cpu, mem, gpu),
+            price_per_hour: price,
+            max,
+            labels: Default::default(),
+        })
+        .collect()
+}
+
+/// `n` pending sessions: 70% CPU-only (1-16 cpu, 1-8 GiB per cpu), 30% GPU (1-4 gpu, 4-8 cpu and
+/// 8-32 GiB per gpu), from eight owners, with priorities 0-3, submitted one millisecond apart.
+pub fn sessions(n: usize, rng: &mut Rng) -> Vec<Session> {
+    (0..n)
+        .map(|i| {
+            let request = if rng.below(10) < 7 {
+                let cpu = *rng.pick(&[1, 1, 2, 2, 4, 4, 8, 16]);
+                slots(cpu, cpu * rng.pick(&[1, 2, 4, 8]), 0)
+            } else {
+                let gpu = *rng.pick(&[1, 1, 1, 2, 4]);
+                slots(gpu * rng.pick(&[4, 8]), gpu * rng.pick(&[8, 16, 32]), gpu)
+            };
+            Session {
+                id: SessionId(format!("s{i:06}")),
+                group: "bench".into(),
+                owner: format!("user{}", rng.below(8)),
+                priority: rng.below(4) as i32,
+                request,
+                image: None,
+                kind: SessionType::Batch,
+                submitted_at: Timestamp(i as i64),
+                state: SessionState::Pending,
+                agent: None,
+                blocked_passes: 0,
+            }
+        })
+        .collect()
+}
+
+/// `n` alive, empty agents, each of a template drawn from the larger half of `templates`.
+pub fn agents(n: usize, templates: &[InstanceTemplate], rng: &mut Rng) -> Vec<Agent> {
+    let large: Vec<&InstanceTemplate> = templates
+        .iter()
+        .filter(|t| t.slots.get("cpu") >= Quantity::from_milli(16_000))
+        .collect();
+    (0..n)
+        .map(|i| {
+            let t = *rng.pick(&large);
+            Agent {
+                id: AgentId(format!("a{i:05}")),
+                group: "bench".into(),
+                template: Some(t.name.clone()),
+                capacity: t.slots.clone(),
+                allocated: Slots::new(),
+                state: AgentState::Alive,
+                labels: Default::default(),
+                external: false,
+                drained_by_hand: false,
+                idle_since: Some(Timestamp(0)),
+            }
+        })
+        .collect()
+}
+
+/// A group of `agents` agents and `sessions` pending sessions under `policy`.
+pub fn snapshot(policy: PolicyKind, agents_n: usize, sessions_n: usize, seed: u64) -> Snapshot {
+    let mut rng = Rng::new(seed);
+    let templates = catalog(100_000);
+    Snapshot {
+        now: Timestamp(sessions_n as i64),
+        group: ScalingGroup {
+            name: "bench".into(),
+            policy: ScalingPolicy {
+                kind: policy,
+                max_nodes: 1_000_000,
+                max_launches_per_pass: 1_000_000,
+                ..ScalingPolicy::default()
+            },
+            scheduler: SchedulerConfig::default(),
+            templates: templates.clone(),
+        },
+        agents: agents(agents_n, &templates, &mut rng),
+        sessions: sessions(sessions_n, &mut rng),
+        images: vec![],
+        in_flight: vec![],
+        last_scale_out: None,
+    }
+}

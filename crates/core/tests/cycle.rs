@@ -1,0 +1,353 @@
+//! The cycle as an operator sees it: what gets rejected, launched, marked, unmarked, terminated
+//! and placed, and why sessions wait.
+
+mod common;
+
+use common::snapshot;
+use corral_core::{cycle, Decisions};
+use serde_json::json;
+
+const G1: &str = "cpu=8,mem=32GiB,gpu=1";
+const G4: &str = "cpu=32,mem=244GiB,gpu=4";
+
+fn templates() -> serde_json::Value {
+    json!([
+        {"name": "g1", "slots": G1, "price": 1.0, "max": 10},
+        {"name": "g4", "slots": G4, "price": 3.0, "max": 10}
+    ])
+}
+
+fn session(id: &str, request: &str) -> serde_json::Value {
+    json!({"id": id, "owner": "alice", "request": request, "submitted_at": id[1..].parse::<i64>().unwrap()})
+}
+
+fn agent(
+    id: &str,
+    template: &str,
+    capacity: &str,
+    allocated: &str,
+    state: &str,
+) -> serde_json::Value {
+    json!({"id": id, "template": template, "capacity": capacity, "allocated": allocated, "state": state, "idle_since": 0})
+}
+
+fn launches(d: &Decisions) -> Vec<(String, u32)> {
+    d.launches
+        .iter()
+        .map(|l| (l.template.clone(), l.count))
+        .collect()
+}
+
+fn placed(d: &Decisions) -> Vec<(String, String)> {
+    d.placements
+        .iter()
+        .map(|p| (p.session.0.clone(), p.agent.0.clone()))
+        .collect()
+}
+
+fn waiting(d: &Decisions) -> Vec<(String, String)> {
+    d.waiting
+        .iter()
+        .map(|w| (w.session.0.clone(), w.reason.to_string()))
+        .collect()
+}
+
+fn ids(list: &[corral_core::AgentDecision]) -> Vec<&str> {
+    list.iter().map(|a| a.agent.0.as_str()).collect()
+}
+
+#[test]
+fn an_impossible_request_is_rejected_with_its_reason_and_launches_nothing() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand"},
+        "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 10}],
+        "sessions": [session("s1", "gpu=1.5,cpu=1"), session("s2", "cpu=8,mem=64GiB")]
+    }));
+    let d = cycle(&s);
+    assert!(d.launches.is_empty(), "{:?}", d.launches);
+    let reasons: Vec<(String, String)> = d
+        .rejections
+        .iter()
+        .map(|r| (r.session.0.clone(), r.reason.to_string()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (
+                "s1".to_string(),
+                "gpu=1.5 requested; the largest agent or template offers gpu=1".to_string()
+            ),
+            (
+                "s2".to_string(),
+                "mem=64GiB requested; the largest agent or template offers mem=32GiB".to_string()
+            ),
+        ]
+    );
+    assert!(d.waiting.is_empty() && d.placements.is_empty());
+}
+
+#[test]
+fn demand_launches_the_cheapest_fit_and_sessions_wait_for_it() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand"},
+        "templates": templates(),
+        "sessions": [session("s1", "gpu=1"), session("s2", "gpu=1"), session("s3", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    // Three 1-GPU instances cost 3.0, one 4-GPU instance 3.0 too; either is cheapest, and the
+    // plan must hold all three sessions for that price.
+    let cost: f64 = d
+        .launches
+        .iter()
+        .map(|l| l.count as f64 * if l.template == "g1" { 1.0 } else { 3.0 })
+        .sum();
+    assert!((cost - 3.0).abs() < 1e-9, "{:?}", d.launches);
+    assert_eq!(d.waiting.len(), 3);
+    assert!(
+        d.waiting
+            .iter()
+            .all(|w| w.reason.to_string().starts_with("waits for a new g")),
+        "{:?}",
+        waiting(&d)
+    );
+}
+
+#[test]
+fn launches_in_flight_count_so_the_same_demand_never_launches_twice() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "cooldown_secs": 0},
+        "templates": templates(),
+        "in_flight": [{"template": "g4", "count": 1}],
+        "sessions": [session("s1", "gpu=1"), session("s2", "gpu=2")]
+    }));
+    let d = cycle(&s);
+    assert!(d.launches.is_empty(), "{:?}", d.launches);
+    assert!(
+        d.waiting
+            .iter()
+            .all(|w| w.reason.to_string() == "waits for a g4 instance that is starting"),
+        "{:?}",
+        waiting(&d)
+    );
+}
+
+#[test]
+fn a_marked_agent_gets_demand_back_before_anything_is_launched() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand"},
+        "templates": templates(),
+        "agents": [agent("a1", "g4", G4, "", "marked")],
+        "sessions": [session("s1", "gpu=2")]
+    }));
+    let d = cycle(&s);
+    assert_eq!(ids(&d.unmarks), ["a1"]);
+    assert!(d.launches.is_empty() && d.terminations.is_empty());
+    assert_eq!(placed(&d), [("s1".into(), "a1".into())]);
+}
+
+#[test]
+fn an_agent_drained_by_hand_is_never_unmarked_by_the_policy() {
+    let mut drained = agent("a1", "g4", G4, "", "marked");
+    drained["drained_by_hand"] = json!(true);
+    let s = snapshot(json!({
+        "group": {"policy": "demand"},
+        "templates": templates(),
+        "agents": [drained],
+        "sessions": [session("s1", "gpu=2")]
+    }));
+    let d = cycle(&s);
+    assert!(d.unmarks.is_empty());
+    assert!(d.placements.is_empty());
+    assert_eq!(launches(&d).len(), 1);
+    assert_eq!(
+        ids(&d.terminations),
+        ["a1"],
+        "a drained, empty agent is terminated"
+    );
+}
+
+#[test]
+fn scale_in_marks_agents_idle_past_the_wait_and_keeps_min_nodes() {
+    let idle_old = |id: &str| agent(id, "g1", G1, "", "alive");
+    let mut idle_new = agent("a3", "g1", G1, "", "alive");
+    idle_new["idle_since"] = json!(550_000);
+    let busy = agent("a4", "g1", G1, "cpu=1", "alive");
+    let s = snapshot(json!({
+        "now": 600_000,
+        "group": {"policy": "demand", "min_nodes": 3, "idle_wait_secs": 300},
+        "templates": templates(),
+        "agents": [idle_old("a1"), idle_old("a2"), idle_new, busy],
+    }));
+    let d = cycle(&s);
+    // a3 has been idle 50 s only; a4 is busy; of a1 and a2 one goes, leaving min_nodes = 3.
+    assert_eq!(ids(&d.marks), ["a1"]);
+    assert!(
+        d.terminations.is_empty(),
+        "nothing is terminated in the pass that marks it"
+    );
+}
+
+#[test]
+fn marked_agents_are_terminated_once_empty_and_never_by_a_fixed_policy() {
+    let problem = |policy: &str| {
+        json!({
+            "group": {"policy": policy},
+            "templates": templates(),
+            "agents": [agent("a1", "g1", G1, "", "marked"), agent("a2", "g1", G1, "cpu=2", "marked")],
+        })
+    };
+    let d = cycle(&snapshot(problem("demand")));
+    assert_eq!(ids(&d.terminations), ["a1"]);
+    let d = cycle(&snapshot(problem("fixed")));
+    assert!(d.terminations.is_empty() && d.marks.is_empty() && d.launches.is_empty());
+}
+
+#[test]
+fn cooldown_and_max_nodes_hold_launches_back_and_say_so() {
+    let s = snapshot(json!({
+        "now": 30_000,
+        "last_scale_out": 0,
+        "group": {"policy": "demand", "cooldown_secs": 60},
+        "templates": templates(),
+        "sessions": [session("s1", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert!(d.launches.is_empty());
+    assert_eq!(
+        waiting(&d),
+        [(
+            "s1".into(),
+            "no agent has room; scale-out cools down until 60000 ms".into()
+        )]
+    );
+
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "max_nodes": 1},
+        "templates": templates(),
+        "agents": [agent("a1", "g1", G1, "gpu=1", "alive")],
+        "sessions": [session("s1", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert!(d.launches.is_empty());
+    assert_eq!(
+        waiting(&d),
+        [(
+            "s1".into(),
+            "no agent has room; the group or every template that fits is at its maximum".into()
+        )]
+    );
+}
+
+#[test]
+fn min_nodes_and_headroom_are_kept() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "min_nodes": 2},
+        "templates": templates(),
+    }));
+    assert_eq!(
+        launches(&cycle(&s)),
+        [("g1".into(), 2)],
+        "the cheapest template tops the group up to min_nodes"
+    );
+
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "headroom": "gpu=2"},
+        "templates": templates(),
+        "agents": [agent("a1", "g1", G1, "", "alive")],
+    }));
+    let d = cycle(&s);
+    let new_gpus: u32 = d
+        .launches
+        .iter()
+        .map(|l| l.count * if l.template == "g1" { 1 } else { 4 })
+        .sum();
+    assert!(
+        new_gpus >= 1,
+        "one free GPU exists, headroom wants two: {:?}",
+        d.launches
+    );
+    assert!(
+        d.marks.is_empty(),
+        "an idle agent that holds headroom is not marked"
+    );
+}
+
+#[test]
+fn placement_skips_marked_agents_and_binpacks_or_spreads() {
+    let agents = json!([
+        agent("a1", "g4", G4, "gpu=3", "alive"),
+        agent("a2", "g4", G4, "", "alive"),
+        agent("a3", "g4", G4, "", "lost"),
+        agent("a4", "g4", G4, "gpu=2", "marked"),
+    ]);
+    let problem = |placement: &str| json!({"group": {"placement": placement}, "templates": templates(), "agents": agents.clone(), "sessions": [session("s1", "gpu=1")]});
+    assert_eq!(
+        placed(&cycle(&snapshot(problem("binpack")))),
+        [("s1".into(), "a1".into())]
+    );
+    assert_eq!(
+        placed(&cycle(&snapshot(problem("spread")))),
+        [("s1".into(), "a2".into())]
+    );
+}
+
+#[test]
+fn strict_head_of_line_says_who_holds_the_queue() {
+    let s = snapshot(json!({
+        "group": {"head_of_line": "strict"},
+        "templates": templates(),
+        "agents": [agent("a1", "g4", G4, "gpu=2", "alive")],
+        "sessions": [session("s1", "gpu=4"), session("s2", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert!(d.placements.is_empty());
+    assert_eq!(
+        waiting(&d),
+        [
+            (
+                "s1".into(),
+                "no agent has room; the policy is fixed, so it waits for running sessions to end"
+                    .into()
+            ),
+            (
+                "s2".into(),
+                "held behind session s1 at the head of the queue".into()
+            )
+        ]
+    );
+}
+
+#[test]
+fn image_minimums_raise_what_a_session_needs() {
+    let s = snapshot(json!({
+        "templates": templates(),
+        "images": [{"name": "cuda", "min_slots": "gpu=1,mem=16GiB"}],
+        "agents": [agent("a1", "g4", G4, "", "alive")],
+        "sessions": [{"id": "s1", "request": "cpu=1", "image": "cuda"}]
+    }));
+    let d = cycle(&s);
+    assert_eq!(d.placements[0].slots.to_string(), "cpu=1,gpu=1,mem=16GiB");
+}
+
+#[test]
+fn drf_serves_the_owner_holding_least_first() {
+    let s = snapshot(json!({
+        "group": {"scheduler": "drf"},
+        "templates": templates(),
+        "agents": [agent("a1", "g4", G4, "gpu=2", "alive")],
+        "sessions": [
+            {"id": "r1", "owner": "alice", "request": "gpu=2", "state": "running", "agent": "a1"},
+            {"id": "s1", "owner": "alice", "request": "gpu=1", "submitted_at": 1},
+            {"id": "s2", "owner": "bob", "request": "gpu=1", "submitted_at": 2},
+            {"id": "s3", "owner": "bob", "request": "gpu=1", "submitted_at": 3}
+        ]
+    }));
+    let d = cycle(&s);
+    let mut got: Vec<String> = d.placements.iter().map(|p| p.session.0.clone()).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        ["s2", "s3"],
+        "bob holds nothing, so both his sessions go before alice's second"
+    );
+}
