@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Subcommand;
 use corral_core::plan::summarize;
-use corral_core::{cycle, workload, PolicyKind};
+use corral_core::{cycle, planner, workload, PolicyKind};
 
 #[derive(Subcommand)]
 pub enum Target {
@@ -63,6 +63,14 @@ fn core(runs: u32, seed: u64) -> Result<()> {
     println!(
         "plan_cost_over_lower_bound {:.4} ratio",
         summary.cost_per_hour / bound
+    );
+    // That LP may take a session's GPU from one template and its memory from another; the class
+    // bound keeps each session whole on one instance, so it is what packing can approach.
+    let (classes, offers) = workload::demand_of(&snapshot);
+    let class_bound = planner::class_lower_bound(&classes, &offers).unwrap_or(f64::NAN);
+    println!(
+        "plan_cost_over_class_bound {:.4} ratio",
+        summary.cost_per_hour / class_bound
     );
     eprintln!(
         "# {} nodes, {:.2}/h, lower bound {:.2}/h, {} left waiting",

@@ -146,11 +146,7 @@ impl Problem {
                 });
             }
         }
-        for f in self
-            .in_flight
-            .iter()
-            .filter(|f| !known_template(&f.template))
-        {
+        if let Some(f) = self.in_flight.iter().find(|f| !known_template(&f.template)) {
             return Err(ProblemError::UnknownTemplate {
                 what: "in_flight".into(),
                 template: f.template.clone(),
@@ -252,11 +248,7 @@ pub fn lower_bound_cost(s: &Snapshot, demand: &Slots) -> Option<f64> {
         .group
         .templates
         .iter()
-        .map(|t| Offer {
-            slots: index.vector(&t.slots),
-            price_per_hour: t.price_per_hour,
-            available: t.max,
-        })
+        .map(|t| Offer::of(t, &index, t.max))
         .collect();
     let demand: Vec<u128> = index
         .vector(demand)

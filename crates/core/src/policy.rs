@@ -199,11 +199,7 @@ impl ScalingLogic for Demand {
                     })
                     .count()
                     + bin_template.iter().filter(|&&b| b == t).count();
-                Offer {
-                    slots: template_slots[t].clone(),
-                    price_per_hour: tpl.price_per_hour,
-                    available: tpl.max.saturating_sub(existing as u32),
-                }
+                Offer::of(tpl, input.index, tpl.max.saturating_sub(existing as u32))
             })
             .collect();
         // Group what is left by equivalence class, in queue order of first appearance.
@@ -227,11 +223,18 @@ impl ScalingLogic for Demand {
         dense::add(&mut plan.scale_out_demand, &headroom_deficit);
         let packed = planner::pack(&classes, &offers, budget, &headroom_deficit);
         let mut launched_total = 0;
+        let mut sessions_for = vec![0u32; offers.len()];
+        for &(o, n) in packed.served.iter().flatten() {
+            sessions_for[o] += n;
+        }
         for (t, &count) in packed.launches.iter().enumerate() {
             if count > 0 {
                 launched_total += count;
-                plan.launches
-                    .push((t, count, "pending sessions and headroom need it".into()));
+                let reason = match sessions_for[t] {
+                    0 => "the group keeps its headroom (minimum shares)".to_string(),
+                    n => format!("{n} pending session(s) need it"),
+                };
+                plan.launches.push((t, count, reason));
             }
         }
         for (c, sessions) in members.iter().enumerate() {

@@ -1,7 +1,11 @@
 //! Synthetic, seeded workloads for benchmarks and tests: a cloud-like template catalog, agents
 //! launched from it, and a mix of CPU and GPU sessions.
 
+use std::collections::BTreeMap;
+
+use crate::dense::{SlotIndex, Vector};
 use crate::model::*;
+use crate::planner::{DemandClass, Offer};
 use crate::slots::{Quantity, SlotName, Slots};
 use crate::snapshot::Snapshot;
 
@@ -146,4 +150,31 @@ pub fn snapshot(policy: PolicyKind, agents_n: usize, sessions_n: usize, seed: u6
         in_flight: vec![],
         last_scale_out: None,
     }
+}
+
+/// `n` sessions of the mix as the launch planner sees them from an empty group: demand classes
+/// over the catalog (slot order `cpu`, `gpu`, `mem`).
+pub fn scale_out_problem(n: usize, seed: u64) -> (Vec<DemandClass>, Vec<Offer>) {
+    demand_of(&snapshot(PolicyKind::Demand, 0, n, seed))
+}
+
+/// A snapshot's pending sessions as demand classes (by required shares) over its templates.
+pub fn demand_of(s: &Snapshot) -> (Vec<DemandClass>, Vec<Offer>) {
+    let required: Vec<Slots> = s.pending().map(|p| s.required_shares(p)).collect();
+    let index = SlotIndex::of(s.group.templates.iter().map(|t| &t.slots).chain(&required));
+    let mut counts: BTreeMap<Vector, u32> = BTreeMap::new();
+    for r in &required {
+        *counts.entry(index.vector(r)).or_default() += 1;
+    }
+    let classes = counts
+        .into_iter()
+        .map(|(need, count)| DemandClass { need, count })
+        .collect();
+    let offers = s
+        .group
+        .templates
+        .iter()
+        .map(|t| Offer::of(t, &index, t.max))
+        .collect();
+    (classes, offers)
 }
