@@ -18,11 +18,46 @@ pub enum Target {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// The manager through its HTTP API and store: sessions submitted and placed per second,
+    /// and submit latency at a steady rate; SQLite always, PostgreSQL with --database-url.
+    Api {
+        /// A PostgreSQL database to run the PostgreSQL cases on (postgres://...).
+        #[arg(long, env = "CORRAL_BENCH_DATABASE_URL")]
+        database_url: Option<String>,
+        /// Sessions submitted in the throughput case.
+        #[arg(long, default_value_t = 20_000)]
+        sessions: usize,
+        /// Clients submitting at once in the throughput case.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+        /// Submits per second in the latency case.
+        #[arg(long, default_value_t = 500)]
+        rate: u32,
+        /// Length of the latency case in seconds.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
 }
 
 pub fn run(target: Target) -> Result<()> {
     match target {
         Target::Core { runs, seed } => core(runs.max(1), seed),
+        Target::Api {
+            database_url,
+            sessions,
+            concurrency,
+            rate,
+            seconds,
+        } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(crate::bench_api::run(
+                database_url,
+                sessions,
+                concurrency.max(1),
+                rate.max(1),
+                seconds.max(1),
+            ))
+        }
     }
 }
 

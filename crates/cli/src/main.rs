@@ -1,6 +1,8 @@
 //! `corral`: the single binary of Corral.
 
 mod bench;
+mod bench_api;
+mod client;
 mod table;
 
 use std::io::Read;
@@ -9,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use corral_core::plan::{plan, PlanOutput, Problem};
+use corral_core::plan::{plan, Problem};
 
 #[derive(Parser)]
 #[command(
@@ -40,14 +42,38 @@ enum Command {
         #[arg(long, short, value_enum, default_value_t)]
         output: Output,
     },
+    /// Run the manager: the REST API, the control loop and the store.
+    Server {
+        /// Holds admin.token and, without --database-url, the SQLite database corral.db.
+        #[arg(long, env = "CORRAL_DATA_DIR", default_value = "corral-data")]
+        data_dir: PathBuf,
+        /// Address the API listens on.
+        #[arg(long, env = "CORRAL_LISTEN", default_value = "127.0.0.1:8470")]
+        listen: std::net::SocketAddr,
+        /// postgres://... (or sqlite://PATH); without it, SQLite in the data directory.
+        #[arg(long, env = "CORRAL_DATABASE_URL")]
+        database_url: Option<String>,
+        /// Seconds between passes of a group when nothing happens.
+        #[arg(long, default_value_t = 5.0)]
+        tick_secs: f64,
+    },
     /// Run a benchmark and print one `name value unit` line per case.
     Bench {
         #[command(subcommand)]
         target: bench::Target,
     },
+    #[command(flatten)]
+    Client(client::Command),
 }
 
 fn main() -> ExitCode {
+    // Die quietly when the reader of our output goes away (`corral plan f.json | head`), as
+    // command-line tools do, instead of panicking on a failed write.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -78,98 +104,48 @@ fn run(cli: Cli) -> Result<()> {
             let out = plan(&snapshot);
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&out)?),
-                Output::Table => print_plan(&out),
+                Output::Table => client::print_plan(&serde_json::from_value::<client::Plan>(
+                    serde_json::to_value(&out)?,
+                )?),
             }
             Ok(())
         }
+        Command::Server {
+            data_dir,
+            listen,
+            database_url,
+            tick_secs,
+        } => {
+            init_logs();
+            let tick = std::time::Duration::try_from_secs_f64(tick_secs)
+                .context("--tick-secs: not a duration")?;
+            let config = corral_manager::Config {
+                data_dir,
+                listen,
+                database_url,
+                tick,
+                ..Default::default()
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async {
+                let shutdown = async {
+                    let _ = tokio::signal::ctrl_c().await;
+                };
+                corral_manager::serve(config, shutdown).await
+            })?;
+            Ok(())
+        }
         Command::Bench { target } => bench::run(target),
+        Command::Client(command) => client::run(command),
     }
 }
 
-fn print_plan(out: &PlanOutput) {
-    let s = &out.summary;
-    let d = &out.decisions;
-    let nodes = if s.nodes.is_empty() {
-        "none".to_string()
-    } else {
-        s.nodes
-            .iter()
-            .map(|(t, n)| format!("{n} x {t}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let bound = s
-        .lower_bound_cost
-        .map_or("none (a demanded slot is on no template)".into(), |b| {
-            format!("{b:.3}/h")
-        });
-    println!(
-        "launch      {nodes} ({} nodes, {:.3}/h; lower bound {bound})",
-        s.node_count, s.cost_per_hour
-    );
-    println!(
-        "sessions    {} placed, {} rejected, {} pending",
-        s.placed, s.rejected, s.unplaced
-    );
-    println!(
-        "agents      {} marked, {} unmarked, {} terminated",
-        s.marked, s.unmarked, s.terminated
-    );
-    let section = |title: &str, rows: Vec<Vec<String>>, header: &[&str]| {
-        if !rows.is_empty() {
-            println!("\n{title}");
-            table::print(header, &rows);
-        }
-    };
-    section(
-        "LAUNCHES",
-        d.launches
-            .iter()
-            .map(|l| vec![l.template.clone(), l.count.to_string(), l.reason.clone()])
-            .collect(),
-        &["TEMPLATE", "COUNT", "REASON"],
-    );
-    for (title, list) in [
-        ("MARKS", &d.marks),
-        ("UNMARKS", &d.unmarks),
-        ("TERMINATIONS", &d.terminations),
-    ] {
-        section(
-            title,
-            list.iter()
-                .map(|a| vec![a.agent.to_string(), a.reason.clone()])
-                .collect(),
-            &["AGENT", "REASON"],
-        );
-    }
-    section(
-        "PLACEMENTS",
-        d.placements
-            .iter()
-            .map(|p| {
-                vec![
-                    p.session.to_string(),
-                    p.agent.to_string(),
-                    p.slots.to_string(),
-                ]
-            })
-            .collect(),
-        &["SESSION", "AGENT", "SLOTS"],
-    );
-    section(
-        "REJECTIONS",
-        d.rejections
-            .iter()
-            .map(|r| vec![r.session.to_string(), r.reason.to_string()])
-            .collect(),
-        &["SESSION", "REASON"],
-    );
-    section(
-        "WAITING",
-        d.waiting
-            .iter()
-            .map(|w| vec![w.session.to_string(), w.reason.to_string()])
-            .collect(),
-        &["SESSION", "REASON"],
-    );
+/// Logs to standard error, filtered by RUST_LOG (default: info).
+fn init_logs() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

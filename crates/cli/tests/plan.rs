@@ -64,7 +64,7 @@ fn the_table_names_what_was_decided() {
     let out = corral(&["plan", "-"], &example());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
-        text.starts_with("launch      1 x g4 (1 nodes, 3.060/h; lower bound 3.060/h)\n"),
+        text.starts_with("launch    1 x g4 (1 nodes, 3.060/h; lower bound 3.060/h)\n"),
         "{text}"
     );
     assert!(

@@ -1,0 +1,178 @@
+//! `corral bench api`: load through the real HTTP API and store. A manager runs in this process
+//! (sharing the machine with the load, as it would share a host with its clients); agents
+//! registered by hand with ample capacity accept every placement.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+/// Agents the bench registers; their capacity never runs out during a run.
+const AGENTS: usize = 10;
+
+struct Target {
+    base: String,
+    token: String,
+    group: String,
+    client: reqwest::Client,
+}
+
+impl Target {
+    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let resp = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&self.token)
+            .json(body)
+            .send()
+            .await?;
+        let status = resp.status();
+        let body: Value = resp.json().await?;
+        if !status.is_success() {
+            bail!("POST {path}: {status}: {body}");
+        }
+        Ok(body)
+    }
+
+    async fn submit(&self) -> Result<()> {
+        let body = json!({"group": self.group, "type": "batch", "command": ["true"], "request": "cpu=1,mem=1GiB"});
+        self.post("/api/v1/sessions", &body).await.map(drop)
+    }
+
+    async fn pending(&self) -> Result<bool> {
+        let url = format!(
+            "{}/api/v1/sessions?group={}&state=pending&limit=1",
+            self.base, self.group
+        );
+        let list: Vec<Value> = self
+            .client
+            .get(url)
+            .bearer_auth(&self.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        Ok(!list.is_empty())
+    }
+}
+
+pub async fn run(
+    database_url: Option<String>,
+    sessions: usize,
+    concurrency: usize,
+    rate: u32,
+    seconds: u64,
+) -> Result<()> {
+    case("sqlite", None, sessions, concurrency, rate, seconds).await?;
+    if let Some(url) = database_url {
+        case("postgres", Some(url), sessions, concurrency, rate, seconds).await?;
+    }
+    Ok(())
+}
+
+async fn case(
+    label: &str,
+    database_url: Option<String>,
+    sessions: usize,
+    concurrency: usize,
+    rate: u32,
+    seconds: u64,
+) -> Result<()> {
+    let dir = tempfile::tempdir().context("temporary data directory")?;
+    let config = corral_manager::Config {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse()?,
+        database_url,
+        tick: Duration::from_secs(1),
+        min_pass_interval: Duration::from_millis(50),
+    };
+    let app = corral_manager::start(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let server = tokio::spawn(corral_manager::serve_on(
+        listener,
+        app,
+        std::future::pending(),
+    ));
+    let token = std::fs::read_to_string(dir.path().join("admin.token"))?
+        .trim()
+        .to_string();
+    // A group of its own, so a database that already holds data takes part unharmed.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
+    let group = format!("bench-{nanos:x}");
+    let target = Arc::new(Target {
+        base,
+        token,
+        group,
+        client: reqwest::Client::new(),
+    });
+    target
+        .post(
+            "/api/v1/groups",
+            &json!({"name": target.group, "policy": {"kind": "fixed"}}),
+        )
+        .await?;
+    for i in 0..AGENTS {
+        let agent = json!({"id": format!("{}-a{i}", target.group), "group": target.group, "capacity": "cpu=1000000,mem=1000000GiB"});
+        target.post("/api/v1/agents", &agent).await?;
+    }
+
+    // Throughput: `concurrency` clients submit as fast as answers come; the clock stops when
+    // the last session is placed.
+    let start = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (target, next) = (target.clone(), next.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, Ordering::Relaxed) < sessions {
+                    target.submit().await?;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for c in clients {
+        c.await??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while target.pending().await? {
+        if Instant::now() > deadline {
+            bail!("sessions still pending two minutes after the last submit");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "api_{label}_throughput {:.0} sessions/s",
+        sessions as f64 / secs
+    );
+
+    // Latency: submits paced at `rate` per second, each timed from send to answer.
+    let total = rate as usize * seconds as usize;
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut timings = Vec::with_capacity(total);
+    for _ in 0..total {
+        ticker.tick().await;
+        let target = target.clone();
+        timings.push(tokio::spawn(async move {
+            let t = Instant::now();
+            target.submit().await.map(|()| t.elapsed())
+        }));
+    }
+    let mut latencies = Vec::with_capacity(total);
+    for t in timings {
+        latencies.push(t.await??);
+    }
+    latencies.sort();
+    let p99 = latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)];
+    println!("api_{label}_submit_p99 {:.1} ms", p99.as_secs_f64() * 1e3);
+    eprintln!("# {label}: {sessions} sessions by {concurrency} clients in {secs:.2} s; {total} paced at {rate}/s, p50 {:.1} ms", latencies[latencies.len() / 2].as_secs_f64() * 1e3);
+    server.abort();
+    Ok(())
+}

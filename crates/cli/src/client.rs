@@ -1,0 +1,164 @@
+//! The client subcommands (`group`, `image`, `session`, `agent`, `events`, `token`): one per
+//! resource of the manager's REST API, tables for people and `--output json` for scripts.
+
+mod agent;
+pub mod config;
+mod events;
+mod group;
+pub(crate) use group::{print_plan, Plan};
+mod http;
+mod image;
+mod render;
+mod session;
+mod token;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+
+use crate::Output;
+use http::Api;
+
+/// Which manager, as whom. Flag, then environment, then the config file, then the default.
+/// No `Debug`: it holds the token.
+#[derive(Args)]
+pub struct Conn {
+    /// The manager's URL [default: `server` in the config file, else http://127.0.0.1:8470].
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Connection",
+        env = "CORRAL_SERVER",
+        value_name = "URL"
+    )]
+    server: Option<String>,
+    /// API token [default: `token` in the config file ($CORRAL_CONFIG or ~/.config/corral/config.toml)].
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Connection",
+        env = "CORRAL_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    token: Option<String>,
+}
+
+impl Conn {
+    fn api(&self) -> Result<Api> {
+        Api::new(config::resolve(
+            self.server.as_deref(),
+            self.token.as_deref(),
+        )?)
+    }
+}
+
+/// The output format flag of every client subcommand.
+#[derive(Args, Clone, Copy)]
+pub struct Out {
+    /// How to print: tables for people, or the manager's JSON answer as sent.
+    #[arg(long, short, value_enum, default_value_t, visible_alias = "format")]
+    output: Output,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Scaling groups: their policy, scheduler and templates, and what they would do now.
+    Group {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: group::Command,
+    },
+    /// Images and the least each needs to run.
+    Image {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: image::Command,
+    },
+    /// Submit, list, inspect and cancel compute sessions.
+    Session {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: session::Command,
+    },
+    /// Agents: list, register by hand, drain and unmark.
+    Agent {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: agent::Command,
+    },
+    /// What happened, newest first: placements, launches, marks, state changes.
+    Events {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(flatten)]
+        args: events::Args,
+    },
+    /// API tokens (admin).
+    Token {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: token::Command,
+    },
+}
+
+/// Runs one client subcommand on a single-threaded runtime: one request or two at a time.
+pub fn run(command: Command) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        match command {
+            Command::Group { conn, command } => group::run(&conn.api()?, command).await,
+            Command::Image { conn, command } => image::run(&conn.api()?, command).await,
+            Command::Session { conn, command } => session::run(&conn.api()?, command).await,
+            Command::Agent { conn, command } => agent::run(&conn.api()?, command).await,
+            Command::Events { conn, args } => events::run(&conn.api()?, args).await,
+            Command::Token { conn, command } => token::run(&conn.api()?, command).await,
+        }
+    })
+}
+
+/// The API's spelling of a flag's value (`head-of-line strict` is `"strict"`).
+fn api_name<T: ValueEnum>(value: &T) -> String {
+    value
+        .to_possible_value()
+        .map(|v| v.get_name().replace('-', "_"))
+        .unwrap_or_default()
+}
+
+/// `K=V` of `--env` and `--label`.
+fn key_value(text: &str) -> Result<(String, String)> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => bail!("{text:?} is not KEY=VALUE"),
+    }
+}
+
+/// Reads a JSON file given to `--file`, naming it in errors.
+fn read_json(path: &std::path::Path) -> Result<serde_json::Value> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading standard input")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_values_split_at_the_first_equals() {
+        assert_eq!(key_value("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        assert_eq!(key_value("A=").unwrap(), ("A".into(), String::new()));
+        assert!(key_value("A").is_err());
+        assert!(key_value("=b").is_err());
+    }
+}

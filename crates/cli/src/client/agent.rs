@@ -1,0 +1,190 @@
+//! `corral agent`: list agents, register one by hand, drain and unmark.
+
+use std::collections::BTreeMap;
+
+use anyhow::Result;
+use clap::Subcommand;
+use corral_core::Slots;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::http::{parse, Api, Reply};
+use super::render::{self, fields, opt_time, or_dash, pairs, slots, table};
+use super::{key_value, Out};
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// List agents.
+    Ls {
+        /// Only agents of this group.
+        #[arg(long, value_name = "G")]
+        group: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Show an agent: capacity, what is allocated and free, state.
+    Get {
+        /// The agent's id.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Register an agent by hand (a static machine) in a group (admin).
+    Register {
+        /// The agent's id: 1-64 letters, digits, '.', '_', '-', ':' or '/'.
+        id: String,
+        /// The scaling group it serves.
+        #[arg(long, value_name = "G")]
+        group: String,
+        /// What it offers, e.g. cpu=16,mem=64GiB,gpu=2.
+        #[arg(long, value_name = "SLOTS")]
+        capacity: String,
+        /// A label of the agent; repeat for more.
+        #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
+        labels: Vec<(String, String)>,
+        /// The group's template this machine corresponds to.
+        #[arg(long, value_name = "T")]
+        template: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Drain an agent by hand (admin): it takes nothing new, and the policy never unmarks it.
+    Drain {
+        /// The agent's id.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Unmark an agent (admin): it takes sessions again.
+    Unmark {
+        /// The agent's id.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+}
+
+pub async fn run(api: &Api, command: Command) -> Result<()> {
+    match command {
+        Command::Ls { group, out } => {
+            let reply = api.get(&["agents"], &[("group", group)]).await?;
+            if !render::json(out.output, &reply) {
+                print_agents(&parse::<Vec<_>>(&reply)?);
+            }
+        }
+        Command::Get { id, out } => show(api.get(&["agents", &id], &[]).await?, out)?,
+        Command::Register {
+            id,
+            group,
+            capacity,
+            labels,
+            template,
+            out,
+        } => {
+            let labels: BTreeMap<String, String> = labels.into_iter().collect();
+            let body = json!({"id": id, "group": group, "capacity": capacity, "labels": labels, "template": template});
+            show(api.post(&["agents"], Some(&body)).await?, out)?;
+        }
+        Command::Drain { id, out } => show(api.post(&["agents", &id, "drain"], None).await?, out)?,
+        Command::Unmark { id, out } => {
+            show(api.post(&["agents", &id, "unmark"], None).await?, out)?
+        }
+    }
+    Ok(())
+}
+
+fn show(reply: Reply, out: Out) -> Result<()> {
+    if !render::json(out.output, &reply) {
+        print_agent(&parse(&reply)?);
+    }
+    Ok(())
+}
+
+#[derive(Deserialize)]
+struct AgentView {
+    /// The agent's id.
+    id: String,
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    template: Option<String>,
+    #[serde(default)]
+    capacity: Slots,
+    #[serde(default)]
+    allocated: Slots,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    external: bool,
+    #[serde(default)]
+    drained_by_hand: bool,
+    #[serde(default)]
+    idle_since: Option<i64>,
+}
+
+impl AgentView {
+    /// `marked (drained)` when an operator drained it: the policy will not unmark it.
+    fn state(&self) -> String {
+        if self.drained_by_hand && self.state == "marked" {
+            "marked (drained)".to_string()
+        } else {
+            self.state.clone()
+        }
+    }
+
+    fn free(&self) -> Slots {
+        self.capacity
+            .checked_sub(&self.allocated)
+            .unwrap_or_default()
+    }
+}
+
+fn print_agents(agents: &[AgentView]) {
+    let rows: Vec<Vec<String>> = agents
+        .iter()
+        .map(|a| {
+            vec![
+                a.id.clone(),
+                a.group.clone(),
+                a.state(),
+                slots(&a.capacity),
+                slots(&a.allocated),
+                or_dash(a.template.as_deref()),
+                pairs(&a.labels),
+            ]
+        })
+        .collect();
+    table(
+        "agents",
+        &[
+            "ID",
+            "GROUP",
+            "STATE",
+            "CAPACITY",
+            "ALLOCATED",
+            "TEMPLATE",
+            "LABELS",
+        ],
+        &rows,
+    );
+}
+
+fn print_agent(a: &AgentView) {
+    fields(&[
+        ("id", a.id.clone()),
+        ("group", a.group.clone()),
+        ("state", a.state()),
+        ("capacity", slots(&a.capacity)),
+        ("allocated", slots(&a.allocated)),
+        ("free", slots(&a.free())),
+        ("template", or_dash(a.template.as_deref())),
+        ("labels", pairs(&a.labels)),
+        (
+            "external",
+            if a.external { "yes" } else { "no" }.to_string(),
+        ),
+        ("idle since", opt_time(a.idle_since)),
+    ]);
+}

@@ -1,0 +1,364 @@
+//! `corral session`: submit, list, inspect and cancel compute sessions.
+
+use std::collections::BTreeMap;
+
+use anyhow::{bail, Result};
+use clap::{Subcommand, ValueEnum};
+use corral_core::Slots;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::http::{parse, Api};
+use super::render::{self, command_line, fields, opt_time, or_dash, pairs, slots, table, time};
+use super::{api_name, key_value, Out};
+use crate::Output;
+
+/// The manager's page size when `--limit` is not given.
+const DEFAULT_PAGE: u32 = 100;
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Submit a session and print its id; a request no agent or template could ever hold is refused with the reason.
+    Submit {
+        /// The scaling group to run in.
+        #[arg(long, value_name = "G")]
+        group: String,
+        /// Interactive (a person waits on it) or batch.
+        #[arg(long = "type", value_enum, value_name = "TYPE")]
+        kind: Option<SessionType>,
+        /// Container image to run in; its minimum slots apply.
+        #[arg(long, value_name = "IMG")]
+        image: Option<String>,
+        /// The slots the session needs, e.g. cpu=2,mem=4GiB,gpu=0.5.
+        #[arg(long, value_name = "SLOTS")]
+        request: Option<String>,
+        /// Higher runs first under the priority scheduler (-1000 to 1000).
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        priority: Option<i32>,
+        /// An environment variable of the session; repeat for more.
+        #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
+        env: Vec<(String, String)>,
+        /// A file or directory staged into the session's directory; repeat for more.
+        #[arg(long = "input", value_name = "PATH")]
+        inputs: Vec<String>,
+        /// A path in the session's directory kept after it ends; repeat for more.
+        #[arg(long = "output", value_name = "PATH")]
+        outputs: Vec<String>,
+        /// How to print: the new id, or the manager's JSON answer (here `--output` is a session output path, so the long form is --format).
+        #[arg(long = "format", short = 'o', value_enum, default_value_t)]
+        format: Output,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// List sessions, oldest first (users see their own).
+    Ls {
+        /// Only sessions of this group.
+        #[arg(long, value_name = "G")]
+        group: Option<String>,
+        /// Only sessions of this user (admin).
+        #[arg(long, value_name = "U")]
+        owner: Option<String>,
+        /// Only sessions in this state.
+        #[arg(long, value_enum, value_name = "S")]
+        state: Option<SessionState>,
+        /// At most this many (the manager's default is 100, its most 1000).
+        #[arg(long, value_name = "N")]
+        limit: Option<u32>,
+        /// Continue after this session id (the last one of the previous page).
+        #[arg(long, value_name = "ID")]
+        after: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Show a session: its request, placement, why it waits, and its state history.
+    Get {
+        /// The session's id, as `session submit` printed it.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Cancel a session.
+    Cancel {
+        /// The session's id, as `session submit` printed it.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SessionType {
+    Interactive,
+    Batch,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum SessionState {
+    Pending,
+    Scheduled,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+    Rejected,
+}
+
+pub async fn run(api: &Api, command: Command) -> Result<()> {
+    match command {
+        Command::Submit {
+            group,
+            kind,
+            image,
+            request,
+            priority,
+            env,
+            inputs,
+            outputs,
+            format,
+            command,
+        } => {
+            let Some(request) = request else {
+                bail!("say what the session needs with --request, e.g. --request cpu=1,mem=2GiB");
+            };
+            let mut body = Map::new();
+            body.insert("group".into(), group.into());
+            if let Some(kind) = kind {
+                body.insert("type".into(), api_name(&kind).into());
+            }
+            if let Some(image) = image {
+                body.insert("image".into(), image.into());
+            }
+            body.insert("request".into(), request.into());
+            if let Some(priority) = priority {
+                body.insert("priority".into(), priority.into());
+            }
+            let environment: BTreeMap<String, String> = env.into_iter().collect();
+            for (key, value) in [
+                ("command", json!(command)),
+                ("inputs", json!(inputs)),
+                ("outputs", json!(outputs)),
+                ("environment", json!(environment)),
+            ] {
+                let empty = value.as_array().is_some_and(Vec::is_empty)
+                    || value.as_object().is_some_and(Map::is_empty);
+                if !empty {
+                    body.insert(key.into(), value);
+                }
+            }
+            let reply = api.post(&["sessions"], Some(&Value::Object(body))).await?;
+            if !render::json(format, &reply) {
+                let id = reply
+                    .value
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                println!("{id}");
+            }
+        }
+        Command::Ls {
+            group,
+            owner,
+            state,
+            limit,
+            after,
+            out,
+        } => {
+            let query = [
+                ("group", group),
+                ("owner", owner),
+                ("state", state.map(|s| api_name(&s))),
+                ("limit", limit.map(|l| l.to_string())),
+                ("after", after),
+            ];
+            let reply = api.get(&["sessions"], &query).await?;
+            if !render::json(out.output, &reply) {
+                let sessions: Vec<SessionView> = parse(&reply)?;
+                print_sessions(&sessions);
+                let page = limit.unwrap_or(DEFAULT_PAGE).max(1) as usize;
+                if let Some(last) = sessions.last().filter(|_| sessions.len() >= page) {
+                    eprintln!("(more may follow: --after {})", last.id);
+                }
+            }
+        }
+        Command::Get { id, out } => {
+            let reply = api.get(&["sessions", &id], &[]).await?;
+            if !render::json(out.output, &reply) {
+                print_session(&parse(&reply)?);
+            }
+        }
+        Command::Cancel { id, out } => {
+            let reply = api.post(&["sessions", &id, "cancel"], None).await?;
+            if !render::json(out.output, &reply) {
+                let s: SessionView = parse(&reply)?;
+                println!("session {} is {}", s.id, s.state);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A session as the API shows it; lenient, so that a newer manager's extra fields do no harm.
+#[derive(Deserialize)]
+pub struct SessionView {
+    /// The session's id, as `session submit` printed it.
+    id: String,
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    owner: String,
+    #[serde(default)]
+    priority: i64,
+    #[serde(default)]
+    request: Slots,
+    #[serde(default)]
+    image: Option<String>,
+    #[serde(default, rename = "type")]
+    kind: String,
+    #[serde(default)]
+    submitted_at: i64,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    command: Vec<String>,
+    #[serde(default)]
+    inputs: Vec<String>,
+    #[serde(default)]
+    outputs: Vec<String>,
+    #[serde(default)]
+    environment: BTreeMap<String, String>,
+    #[serde(default)]
+    allocation: Option<Slots>,
+    #[serde(default)]
+    wait_reason: Option<String>,
+    #[serde(default)]
+    end_reason: Option<String>,
+    #[serde(default)]
+    updated_at: Option<i64>,
+    #[serde(default)]
+    history: Vec<HistoryEntry>,
+}
+
+#[derive(Deserialize)]
+struct HistoryEntry {
+    at: i64,
+    state: String,
+    #[serde(default)]
+    reason: String,
+}
+
+impl SessionView {
+    /// Why it is where it is: waiting, or how it ended.
+    fn reason(&self) -> String {
+        or_dash(self.wait_reason.as_deref().or(self.end_reason.as_deref()))
+    }
+}
+
+fn print_sessions(sessions: &[SessionView]) {
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.state.clone(),
+                s.group.clone(),
+                s.owner.clone(),
+                slots(&s.request),
+                or_dash(s.agent.as_deref()),
+                time(s.submitted_at),
+                s.reason(),
+            ]
+        })
+        .collect();
+    table(
+        "sessions",
+        &[
+            "ID",
+            "STATE",
+            "GROUP",
+            "OWNER",
+            "REQUEST",
+            "AGENT",
+            "SUBMITTED",
+            "REASON",
+        ],
+        &rows,
+    );
+}
+
+/// `group pending`: the queue, with why each session waits.
+pub fn print_pending(sessions: &[SessionView]) {
+    let rows: Vec<Vec<String>> = sessions
+        .iter()
+        .map(|s| {
+            vec![
+                s.id.clone(),
+                s.owner.clone(),
+                s.priority.to_string(),
+                slots(&s.request),
+                time(s.submitted_at),
+                or_dash(s.wait_reason.as_deref()),
+            ]
+        })
+        .collect();
+    table(
+        "pending sessions",
+        &[
+            "ID",
+            "OWNER",
+            "PRIORITY",
+            "REQUEST",
+            "SUBMITTED",
+            "WAITING BECAUSE",
+        ],
+        &rows,
+    );
+}
+
+fn print_session(s: &SessionView) {
+    let mut rows = vec![
+        ("id", s.id.clone()),
+        ("state", s.state.clone()),
+        ("group", s.group.clone()),
+        ("owner", s.owner.clone()),
+        ("type", s.kind.clone()),
+        ("priority", s.priority.to_string()),
+        ("image", or_dash(s.image.as_deref())),
+        ("command", command_line(&s.command)),
+        ("request", slots(&s.request)),
+        (
+            "allocation",
+            s.allocation.as_ref().map_or("-".into(), slots),
+        ),
+        ("agent", or_dash(s.agent.as_deref())),
+        ("submitted", time(s.submitted_at)),
+        ("updated", opt_time(s.updated_at)),
+    ];
+    if let Some(reason) = &s.wait_reason {
+        rows.push(("waiting", reason.clone()));
+    }
+    if let Some(reason) = &s.end_reason {
+        rows.push(("ended", reason.clone()));
+    }
+    if !s.inputs.is_empty() {
+        rows.push(("inputs", s.inputs.join(", ")));
+    }
+    if !s.outputs.is_empty() {
+        rows.push(("outputs", s.outputs.join(", ")));
+    }
+    if !s.environment.is_empty() {
+        rows.push(("environment", pairs(&s.environment)));
+    }
+    fields(&rows);
+    if !s.history.is_empty() {
+        println!("\nHISTORY");
+        let history: Vec<Vec<String>> = s
+            .history
+            .iter()
+            .map(|h| vec![time(h.at), h.state.clone(), h.reason.clone()])
+            .collect();
+        crate::table::print(&["AT", "STATE", "REASON"], &history);
+    }
+}

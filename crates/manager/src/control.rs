@@ -1,0 +1,173 @@
+//! The control loop: one worker per group runs the core cycle whenever something happens to the
+//! group (and on a periodic tick), coalescing bursts into one pass.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use corral_core::{cycle, Snapshot};
+use corral_store::{Applied, NewEvent, Store, StoreError};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::now;
+
+/// Attempts of one pass when its apply loses a race with another writer.
+const CONFLICT_RETRIES: usize = 5;
+
+pub struct Control {
+    store: Store,
+    tick: Duration,
+    min_interval: Duration,
+    workers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Per group, what admission at submit needs (group, agents, images: no sessions), as the
+    /// last read or pass saw it. Dropped on every change this manager makes to the group, and
+    /// expires after `VIEW_TTL` for changes other managers make; the cycle re-checks anyway.
+    views: Mutex<HashMap<String, (Arc<Snapshot>, Instant)>>,
+}
+
+const VIEW_TTL: Duration = Duration::from_secs(1);
+
+impl Control {
+    pub fn new(store: Store, tick: Duration, min_interval: Duration) -> Arc<Self> {
+        Arc::new(Control {
+            store,
+            tick,
+            min_interval,
+            workers: Mutex::default(),
+            views: Mutex::default(),
+        })
+    }
+
+    /// Something happened to `group`: make sure its worker runs a pass soon. Wakes that arrive
+    /// while a pass runs are folded into one more pass.
+    pub fn wake(self: &Arc<Self>, group: &str) {
+        self.views
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(group);
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        match workers.get(group) {
+            Some(notify) => notify.notify_one(),
+            None => {
+                let notify = Arc::new(Notify::new());
+                notify.notify_one();
+                workers.insert(group.to_string(), notify.clone());
+                tokio::spawn(self.clone().worker(group.to_string(), notify));
+            }
+        }
+    }
+
+    /// The admission view of `group`, if a fresh one is known.
+    pub fn admission_view(&self, group: &str) -> Option<Arc<Snapshot>> {
+        let views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        views
+            .get(group)
+            .filter(|(_, at)| at.elapsed() < VIEW_TTL)
+            .map(|(v, _)| v.clone())
+    }
+
+    /// Keeps `snapshot`, without its sessions, as the admission view of its group.
+    pub fn remember_view(&self, mut snapshot: Snapshot) -> Arc<Snapshot> {
+        snapshot.sessions = Vec::new();
+        let view = Arc::new(snapshot);
+        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
+        views.insert(view.group.name.clone(), (view.clone(), Instant::now()));
+        view
+    }
+
+    /// Something all groups share changed (an image).
+    pub fn forget_views(&self) {
+        self.views.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// The group was deleted: its worker stops at its next pass.
+    pub fn forget(&self, group: &str) {
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(notify) = workers.remove(group) {
+            notify.notify_one();
+        }
+    }
+
+    async fn worker(self: Arc<Self>, group: String, notify: Arc<Notify>) {
+        let mut last_pass: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                _ = notify.notified() => {}
+                _ = tokio::time::sleep(self.tick) => {}
+            }
+            if let Some(at) = last_pass {
+                tokio::time::sleep_until(at + self.min_interval).await;
+            }
+            if !self
+                .workers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(&group)
+            {
+                return;
+            }
+            last_pass = Some(Instant::now());
+            match self.run_pass(&group).await {
+                Ok(applied) => tracing::debug!(group, ?applied, "pass"),
+                Err(StoreError::NotFound { .. }) => {
+                    self.forget(&group);
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(group, error = %e, "pass failed; retrying at the next event or tick")
+                }
+            }
+        }
+    }
+}
+
+/// One pass over a group: snapshot, cycle, apply; re-read and retry when the apply finds that
+/// capacity changed since the snapshot.
+impl Control {
+    /// One pass over a group.
+    pub async fn run_pass(&self, group: &str) -> Result<Applied, StoreError> {
+        let store = &self.store;
+        let mut attempt = 0;
+        loop {
+            let now = now();
+            let snapshot = store.snapshot(group, now).await?;
+            let decisions = cycle(&snapshot);
+            let changes_agents = !(decisions.marks.is_empty()
+                && decisions.unmarks.is_empty()
+                && decisions.terminations.is_empty());
+            match store.apply(group, &snapshot, &decisions, now).await {
+                Err(StoreError::Conflict { .. }) if attempt + 1 < CONFLICT_RETRIES => attempt += 1,
+                Ok(applied) => {
+                    if !decisions.launches.is_empty() {
+                        // The static provider launches nothing: say so, so operators see why
+                        // sessions wait. Providers that launch arrive with the providers issue.
+                        let message = format!(
+                            "the static provider cannot launch instances ({}); add agents by hand",
+                            decisions
+                                .launches
+                                .iter()
+                                .map(|l| format!("{} x {}", l.count, l.template))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                        let event = NewEvent {
+                            at: now,
+                            group: Some(group.to_string()),
+                            session: None,
+                            agent: None,
+                            kind: "provider".into(),
+                            message,
+                        };
+                        store.record_event(&event).await?;
+                    }
+                    if !changes_agents {
+                        self.remember_view(snapshot);
+                    }
+                    return Ok(applied);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

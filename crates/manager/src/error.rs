@@ -1,0 +1,94 @@
+//! API errors: `{"error": {"code", "message", "details"}}` with the right HTTP status.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use corral_store::StoreError;
+use serde_json::{json, Value};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+    pub details: Value,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: Value::Null,
+        }
+    }
+
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = details;
+        self
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+
+    /// A field that parsed but makes no sense; names the field.
+    pub fn invalid(field: &str, message: impl std::fmt::Display) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_field",
+            format!("{field}: {message}"),
+        )
+        .with_details(json!({"field": field}))
+    }
+
+    pub fn not_found(what: &str, id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("{what} {id:?} not found"),
+        )
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid token is required: Authorization: Bearer <token>",
+        )
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match &e {
+            StoreError::NotFound { what, id } => ApiError::not_found(what, id),
+            StoreError::Conflict { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
+            }
+            StoreError::Refused(_) => ApiError::new(StatusCode::CONFLICT, "refused", e.to_string()),
+            _ => {
+                tracing::error!(error = %e, "store failure");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the store failed; see the manager's log",
+                )
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body =
+            json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
+        (self.status, Json(body)).into_response()
+    }
+}

@@ -1,0 +1,545 @@
+//! The REST API as users and operators use it, on SQLite and (with CORRAL_TEST_DATABASE_URL)
+//! PostgreSQL.
+
+mod common;
+
+use common::Manager;
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+const GROUP: &str = r#"{"name": "gpu", "policy": {"kind": "fixed"}}"#;
+const AGENT: &str = r#"{"id": "a1", "group": "gpu", "capacity": "cpu=8,gpu=2,mem=32GiB"}"#;
+
+async fn group_with_agent(m: &Manager) {
+    assert_eq!(
+        m.post("/api/v1/groups", GROUP).await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        m.post("/api/v1/agents", AGENT).await.status,
+        StatusCode::CREATED
+    );
+}
+
+async fn submit(m: &Manager, token: &str, request: &str) -> (StatusCode, Value) {
+    let body = format!(r#"{{"group": "gpu", "command": ["echo", "hi"], "request": "{request}"}}"#);
+    let r = m
+        .call(Method::POST, "/api/v1/sessions", Some(token), Some(&body))
+        .await;
+    (r.status, r.body)
+}
+
+async fn session_count(m: &Manager) -> usize {
+    m.get("/api/v1/sessions")
+        .await
+        .body
+        .as_array()
+        .unwrap()
+        .len()
+}
+
+on_both!(
+    submit_places_a_feasible_session_and_refuses_an_impossible_one,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let (status, body) = submit(&m, &m.admin, "gpu=4").await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(body["error"]["code"], "infeasible");
+        assert_eq!(
+            body["error"]["message"],
+            "gpu=4 requested; the largest agent or template offers gpu=2"
+        );
+        assert_eq!(
+            session_count(&m).await,
+            0,
+            "a refused session is stored nowhere"
+        );
+
+        let (status, body) = submit(&m, &m.admin, "gpu=1.5,cpu=2").await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let id = body["id"].as_str().unwrap().to_string();
+        let s = m.wait_session(&id, |s| s["state"] == "scheduled").await;
+        assert_eq!(s["agent"], "a1");
+        assert_eq!(s["command"], serde_json::json!(["echo", "hi"]));
+        let agent = m.get("/api/v1/agents/a1").await.body;
+        assert_eq!(
+            agent["allocated"],
+            serde_json::json!({"cpu": "2", "gpu": "1.5"})
+        );
+        let events = m.get(&format!("/api/v1/events?session={id}")).await.body;
+        assert_eq!(events[0]["kind"], "placed", "{events}");
+    }
+);
+
+on_both!(a_session_that_must_wait_says_why, |m: Manager| async move {
+    group_with_agent(&m).await;
+    let (_, first) = submit(&m, &m.admin, "gpu=2").await;
+    let first = first["id"].as_str().unwrap().to_string();
+    m.wait_session(&first, |s| s["state"] == "scheduled").await;
+    let (_, second) = submit(&m, &m.admin, "gpu=1").await;
+    let second = second["id"].as_str().unwrap().to_string();
+    let s = m
+        .wait_session(&second, |s| !s["wait_reason"].is_null())
+        .await;
+    assert_eq!(s["state"], "pending");
+    assert_eq!(
+        s["wait_reason"],
+        "no agent has room; the policy is fixed, so it waits for running sessions to end"
+    );
+    let pending = m.get("/api/v1/groups/gpu/pending").await.body;
+    assert_eq!(pending.as_array().unwrap().len(), 1);
+
+    // Cancelling the first frees its GPUs; the second is placed.
+    let r = m
+        .post(&format!("/api/v1/sessions/{first}/cancel"), "")
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body["state"], "cancelled");
+    m.wait_session(&second, |s| s["state"] == "scheduled").await;
+    let r = m
+        .post(&format!("/api/v1/sessions/{first}/cancel"), "")
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::CONFLICT,
+        "cancelling twice: {}",
+        r.body
+    );
+});
+
+on_both!(
+    tokens_roles_and_ownership_are_enforced,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let r = m.call(Method::GET, "/api/v1/groups", None, None).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(r.body["error"]["code"], "unauthorized");
+        let r = m
+            .call(
+                Method::GET,
+                "/api/v1/groups",
+                Some("corral_not-a-token"),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+
+        let alice = m.user_token("alice").await;
+        let bob = m.user_token("bob").await;
+        let r = m
+            .call(
+                Method::POST,
+                "/api/v1/groups",
+                Some(&alice),
+                Some(r#"{"name": "mine"}"#),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN);
+        let r = m
+            .call(Method::POST, "/api/v1/agents/a1/drain", Some(&alice), None)
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN);
+
+        let (status, body) = submit(&m, &alice, "cpu=1").await;
+        assert_eq!(status, StatusCode::CREATED);
+        let id = body["id"].as_str().unwrap();
+        let mine = m
+            .call(
+                Method::GET,
+                &format!("/api/v1/sessions/{id}"),
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert_eq!(mine.body["owner"], "alice");
+        let theirs = m
+            .call(
+                Method::GET,
+                &format!("/api/v1/sessions/{id}"),
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(theirs.status, StatusCode::FORBIDDEN);
+        let r = m
+            .call(
+                Method::POST,
+                &format!("/api/v1/sessions/{id}/cancel"),
+                Some(&bob),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN);
+        let bobs_list = m
+            .call(Method::GET, "/api/v1/sessions", Some(&bob), None)
+            .await;
+        assert_eq!(bobs_list.body, serde_json::json!([]));
+        let alices_list = m
+            .call(
+                Method::GET,
+                "/api/v1/sessions?owner=bob",
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert_eq!(
+            alices_list.body.as_array().unwrap().len(),
+            1,
+            "a user's owner filter cannot widen the view"
+        );
+        let r = m
+            .call(
+                Method::POST,
+                &format!("/api/v1/sessions/{id}/cancel"),
+                Some(&alice),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK);
+    }
+);
+
+on_both!(
+    bad_input_is_refused_naming_the_field_and_writes_nothing,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let cases: &[(&str, StatusCode, &str)] = &[
+            ("{", StatusCode::BAD_REQUEST, "body: EOF while parsing"),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": "cpu=1", "colour": 1}"#,
+                StatusCode::BAD_REQUEST,
+                "colour: unknown field `colour`",
+            ),
+            (
+                r#"{"group": "gpu", "command": "x", "request": "cpu=1"}"#,
+                StatusCode::BAD_REQUEST,
+                "command: invalid type",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": {"cpu": -2}}"#,
+                StatusCode::BAD_REQUEST,
+                "request: cpu: negative amount",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": {"cpu": "1e30"}}"#,
+                StatusCode::BAD_REQUEST,
+                "request: cpu: unknown unit",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": {"cpu": "99999999999999999999"}}"#,
+                StatusCode::BAD_REQUEST,
+                "request: cpu: \"99999999999999999999\" is too large",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": {"cpu": 100000}}"#,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "cpu=100000 requested",
+            ),
+            (
+                r#"{"group": "nope", "command": ["x"], "request": "cpu=1"}"#,
+                StatusCode::BAD_REQUEST,
+                "group: no group \"nope\"",
+            ),
+            (
+                r#"{"group": "gpu", "request": "cpu=1"}"#,
+                StatusCode::BAD_REQUEST,
+                "command: give a command, an image, or both",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": {}}"#,
+                StatusCode::BAD_REQUEST,
+                "request: ask for at least one slot",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": "cpu=1", "priority": 5000}"#,
+                StatusCode::BAD_REQUEST,
+                "priority: 5000 is outside",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": "cpu=1", "inputs": ["../etc/passwd"]}"#,
+                StatusCode::BAD_REQUEST,
+                "inputs[0]",
+            ),
+            (
+                r#"{"group": "gpu", "command": ["x"], "request": "cpu=1", "image": "ghost"}"#,
+                StatusCode::BAD_REQUEST,
+                "image: no image \"ghost\"",
+            ),
+        ];
+        for (body, status, message) in cases {
+            let r = m.post("/api/v1/sessions", body).await;
+            assert_eq!(r.status, *status, "{body}: {}", r.body);
+            let got = r.body["error"]["message"].as_str().unwrap_or_default();
+            assert!(
+                got.contains(message),
+                "{body}: expected {message:?} in {got:?}"
+            );
+        }
+        let huge = format!(
+            r#"{{"group": "gpu", "command": ["{}"], "request": "cpu=1"}}"#,
+            "x".repeat(2 << 20)
+        );
+        let r = m.post("/api/v1/sessions", &huge).await;
+        assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(r.body["error"]["code"], "too_large");
+        assert_eq!(session_count(&m).await, 0);
+
+        let r = m.post("/api/v1/groups", r#"{"name": "bad name!"}"#).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert_eq!(r.body["error"]["details"]["field"], "name");
+        let r = m
+            .post(
+                "/api/v1/groups",
+                r#"{"name": "g2", "policy": {"min_nodes": 5, "max_nodes": 1}}"#,
+            )
+            .await;
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("min_nodes (5) is above max_nodes (1)"),
+            "{}",
+            r.body
+        );
+        let r = m
+            .post(
+                "/api/v1/groups",
+                r#"{"name": "g2", "templates": [{"name": "t", "slots": "cpu=1", "price": -1}]}"#,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            m.get("/api/v1/groups/g2").await.status,
+            StatusCode::NOT_FOUND,
+            "nothing half-written"
+        );
+        let r = m.get("/api/v1/sessions?limit=lots").await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert_eq!(r.body["error"]["code"], "invalid_query");
+    }
+);
+
+on_both!(
+    groups_are_managed_and_deleted_only_when_empty,
+    |m: Manager| async move {
+        assert_eq!(
+            m.post("/api/v1/groups", GROUP).await.status,
+            StatusCode::CREATED
+        );
+        assert_eq!(
+            m.post("/api/v1/groups", GROUP).await.status,
+            StatusCode::CONFLICT
+        );
+        let r = m.put("/api/v1/groups/gpu/policy", r#"{"policy": {"kind": "demand", "max_nodes": 4}, "scheduler": {"sequencer": "drf"}}"#).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let g = m.get("/api/v1/groups/gpu").await.body;
+        assert_eq!(
+            (
+                g["policy"]["kind"].clone(),
+                g["policy"]["max_nodes"].clone(),
+                g["scheduler"]["sequencer"].clone()
+            ),
+            ("demand".into(), 4.into(), "drf".into())
+        );
+        let r = m
+            .put(
+                "/api/v1/groups/gpu/templates",
+                r#"[{"name": "g4", "slots": "cpu=32,gpu=4", "price": 3.06, "max": 2}]"#,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(
+            m.get("/api/v1/groups/gpu/templates").await.body[0]["slots"]["gpu"],
+            "4"
+        );
+
+        assert_eq!(
+            m.post("/api/v1/agents", AGENT).await.status,
+            StatusCode::CREATED
+        );
+        let r = m
+            .call(
+                Method::DELETE,
+                "/api/v1/groups/gpu",
+                Some(&m.admin.clone()),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+        assert_eq!(m.get("/api/v1/groups/gpu").await.status, StatusCode::OK);
+
+        assert_eq!(
+            m.post("/api/v1/groups", r#"{"name": "empty"}"#)
+                .await
+                .status,
+            StatusCode::CREATED
+        );
+        let r = m
+            .call(
+                Method::DELETE,
+                "/api/v1/groups/empty",
+                Some(&m.admin.clone()),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::NO_CONTENT);
+        assert_eq!(
+            m.get("/api/v1/groups/empty").await.status,
+            StatusCode::NOT_FOUND
+        );
+    }
+);
+
+on_both!(
+    group_state_answers_what_the_design_names,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let r = m
+            .put("/api/v1/images/cuda", r#"{"min_slots": "gpu=1,mem=8GiB"}"#)
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let r = m
+            .post(
+                "/api/v1/groups/gpu/required",
+                r#"{"request": "cpu=1", "image": "cuda"}"#,
+            )
+            .await;
+        assert_eq!(
+            r.body["required"],
+            serde_json::json!({"cpu": "1", "gpu": "1", "mem": "8GiB"})
+        );
+        assert_eq!(r.body["feasible"], true);
+        let r = m
+            .post("/api/v1/groups/gpu/required", r#"{"request": "gpu=3"}"#)
+            .await;
+        assert_eq!(
+            r.body["reason"],
+            "gpu=3 requested; the largest agent or template offers gpu=2"
+        );
+        let shares = m.get("/api/v1/groups/gpu/shares").await.body;
+        assert_eq!(
+            shares["available"]["a1"],
+            serde_json::json!({"cpu": "8", "gpu": "2", "mem": "32GiB"})
+        );
+        let plan = m.get("/api/v1/groups/gpu/plan").await.body;
+        assert_eq!(plan["summary"]["node_count"], 0, "{plan}");
+    }
+);
+
+on_both!(
+    a_drained_agent_gets_nothing_until_unmarked,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let a2 = r#"{"id": "a2", "group": "gpu", "capacity": "cpu=8,gpu=2,mem=32GiB"}"#;
+        assert_eq!(
+            m.post("/api/v1/agents", a2).await.status,
+            StatusCode::CREATED
+        );
+        let r = m.post("/api/v1/agents/a1/drain", "").await;
+        assert_eq!(r.body["state"], "marked");
+        assert_eq!(r.body["drained_by_hand"], true);
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let (status, body) = submit(&m, &m.admin, "gpu=1").await;
+            assert_eq!(status, StatusCode::CREATED, "{body}");
+            ids.push(body["id"].as_str().unwrap().to_string());
+        }
+        for id in &ids[..2] {
+            assert_eq!(
+                m.wait_session(id, |s| s["state"] == "scheduled").await["agent"],
+                "a2"
+            );
+        }
+        let third = m
+            .wait_session(&ids[2], |s| !s["wait_reason"].is_null())
+            .await;
+        assert_eq!(
+            third["state"], "pending",
+            "nothing lands on a drained agent"
+        );
+        let r = m.post("/api/v1/agents/a1/unmark", "").await;
+        assert_eq!(r.body["state"], "alive");
+        assert_eq!(
+            m.wait_session(&ids[2], |s| s["state"] == "scheduled").await["agent"],
+            "a1"
+        );
+        let r = m.post("/api/v1/agents/ghost/drain", "").await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+    }
+);
+
+on_both!(state_survives_a_restart, |m: Manager| async move {
+    group_with_agent(&m).await;
+    let (_, body) = submit(&m, &m.admin, "cpu=1").await;
+    let id = body["id"].as_str().unwrap().to_string();
+    m.wait_session(&id, |s| s["state"] == "scheduled").await;
+    let admin = m.admin.clone();
+    let m = m.restart().await;
+    assert_eq!(m.admin, admin, "the admin token is created once");
+    let s = m.get(&format!("/api/v1/sessions/{id}")).await.body;
+    assert_eq!(
+        (s["state"].as_str(), s["agent"].as_str()),
+        (Some("scheduled"), Some("a1"))
+    );
+    assert_eq!(
+        m.get("/api/v1/agents/a1").await.body["allocated"]["cpu"],
+        "1"
+    );
+});
+
+#[tokio::test]
+async fn the_admin_token_is_private_to_its_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = Manager::start(None).await;
+    let mode = std::fs::metadata(m.config.data_dir.join("admin.token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}
+
+#[tokio::test]
+async fn every_documented_route_exists_and_every_route_is_documented() {
+    let m = Manager::start(None).await;
+    let doc: Value = m
+        .call(Method::GET, "/api/v1/openapi.json", None, None)
+        .await
+        .body;
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented = Vec::new();
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            let concrete = path.replace("{name}", "x").replace("{id}", "x");
+            let r = m
+                .call(
+                    method.to_uppercase().parse().unwrap(),
+                    &concrete,
+                    Some(&m.admin.clone()),
+                    Some("{}"),
+                )
+                .await;
+            assert_ne!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+            assert_ne!(
+                r.body["error"]["message"], "no such endpoint; see /api/v1/openapi.json",
+                "{method} {path}"
+            );
+            documented.push(format!("{} {path}", method.to_uppercase()));
+        }
+    }
+    // The router's routes, read from its source, must all be documented.
+    let source = include_str!("../src/api.rs");
+    for line in source
+        .lines()
+        .filter(|l| l.trim_start().starts_with(".route(\""))
+    {
+        let path = line.split('"').nth(1).unwrap();
+        for method in ["get", "post", "put", "delete"] {
+            if line.contains(&format!("{method}(")) {
+                assert!(
+                    documented.contains(&format!("{} {path}", method.to_uppercase())),
+                    "{method} {path} is not in openapi.json"
+                );
+            }
+        }
+    }
+}

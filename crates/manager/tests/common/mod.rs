@@ -1,0 +1,179 @@
+//! A real manager on a loopback port, on SQLite in a temporary directory or (with
+//! `CORRAL_TEST_DATABASE_URL`) on a fresh PostgreSQL database of its own.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use corral_manager::{serve_on, start, Config};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+pub struct Manager {
+    pub base: String,
+    pub admin: String,
+    pub client: reqwest::Client,
+    pub config: Config,
+    server: ServerTask,
+    _dir: tempfile::TempDir,
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Manager {
+    /// A manager on SQLite, or on PostgreSQL when `pg` names a database URL.
+    pub async fn start(database_url: Option<String>) -> Manager {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            data_dir: dir.path().join("data"),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            database_url,
+            tick: Duration::from_millis(200),
+            min_pass_interval: Duration::from_millis(5),
+        };
+        Self::start_with(config, dir).await
+    }
+
+    async fn start_with(config: Config, dir: tempfile::TempDir) -> Manager {
+        let app = start(&config).await.expect("manager starts");
+        let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(async move {
+            serve_on(listener, app, std::future::pending())
+                .await
+                .unwrap();
+        });
+        let admin = std::fs::read_to_string(config.data_dir.join("admin.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        Manager {
+            base,
+            admin,
+            client: reqwest::Client::new(),
+            config,
+            server: ServerTask(server),
+            _dir: dir,
+        }
+    }
+
+    /// Stops this manager and starts another on the same data directory and database.
+    pub async fn restart(self) -> Manager {
+        drop(self.server);
+        Self::start_with(self.config, self._dir).await
+    }
+
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> Reply {
+        let mut req = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(b.to_string());
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Reply { status, body }
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.call(Method::GET, path, Some(&self.admin.clone()), None)
+            .await
+    }
+
+    pub async fn post(&self, path: &str, body: &str) -> Reply {
+        self.call(Method::POST, path, Some(&self.admin.clone()), Some(body))
+            .await
+    }
+
+    pub async fn put(&self, path: &str, body: &str) -> Reply {
+        self.call(Method::PUT, path, Some(&self.admin.clone()), Some(body))
+            .await
+    }
+
+    /// Polls a session until `done` holds (bounded: the loop runs every few ms).
+    pub async fn wait_session(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..200 {
+            let r = self.get(&format!("/api/v1/sessions/{id}")).await;
+            if done(&r.body) {
+                return r.body;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!(
+            "session {id} never reached the expected state: {}",
+            self.get(&format!("/api/v1/sessions/{id}")).await.body
+        );
+    }
+
+    /// A user token for `user`.
+    pub async fn user_token(&self, user: &str) -> String {
+        let r = self
+            .post("/api/v1/tokens", &format!(r#"{{"user": "{user}"}}"#))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        r.body["token"].as_str().unwrap().to_string()
+    }
+}
+
+/// Stops the HTTP server when the test lets go of it.
+struct ServerTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ServerTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A fresh PostgreSQL database named after the test, when `CORRAL_TEST_DATABASE_URL` is set.
+pub async fn postgres(test: &str) -> Option<String> {
+    let admin = std::env::var("CORRAL_TEST_DATABASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())?;
+    Some(
+        corral_store::testing::fresh_database(&admin, &format!("manager_{test}"))
+            .await
+            .expect("fresh test database"),
+    )
+}
+
+/// Runs a test body on SQLite and, where configured, on PostgreSQL.
+#[macro_export]
+macro_rules! on_both {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let m = Manager::start(None).await;
+                ($body)(m).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let Some(url) = common::postgres(stringify!($name)).await else {
+                    eprintln!("skipped: CORRAL_TEST_DATABASE_URL is not set");
+                    return;
+                };
+                let m = Manager::start(Some(url)).await;
+                ($body)(m).await;
+            }
+        }
+    };
+}

@@ -1,0 +1,154 @@
+//! Agents: the nodes of a group, their capacity and what is allocated on them.
+
+use sqlx::any::AnyRow;
+
+use corral_core::{Agent, AgentId, AgentState, Timestamp};
+
+use crate::codec::{name_of, to_json, Fields};
+use crate::error::{Result, StoreError};
+use crate::Store;
+
+macro_rules! agent_columns {
+    () => {
+        "id, group_name, template, capacity, allocated, state, labels, external, \
+         drained_by_hand, idle_since"
+    };
+}
+pub(crate) use agent_columns;
+
+pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
+    let f = Fields::new(row, "agent", "id")?;
+    Ok(Agent {
+        id: AgentId(f.text("id")?),
+        group: f.text("group_name")?,
+        template: f.opt_text("template")?,
+        capacity: f.slots("capacity")?,
+        allocated: f.slots("allocated")?,
+        state: f.name("state")?,
+        labels: f.json("labels")?,
+        external: f.flag("external")?,
+        drained_by_hand: f.flag("drained_by_hand")?,
+        idle_since: f.opt_time("idle_since")?,
+    })
+}
+
+impl Store {
+    /// Creates or replaces an agent as it reports itself (every field as given) and records it
+    /// as seen at `now`. `idle_since` is kept by the store: cleared while anything is allocated,
+    /// otherwise the time it became idle (an agent already idle keeps its time; one that just
+    /// emptied, or joined empty without a time, gets `now`). `NotFound` if its group does not
+    /// exist.
+    pub async fn upsert_agent(&self, agent: &Agent, now: Timestamp) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        let group = sqlx::query(self.locking((
+            "SELECT name FROM groups WHERE name = $1",
+            "SELECT name FROM groups WHERE name = $1 FOR KEY SHARE",
+        )))
+        .bind(&agent.group)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if group.is_none() {
+            return Err(StoreError::not_found("group", &agent.group));
+        }
+        let idle_since = agent
+            .allocated
+            .is_empty()
+            .then(|| agent.idle_since.unwrap_or(now).0);
+        sqlx::query(
+            "INSERT INTO agents (id, group_name, template, capacity, allocated, state, labels, \
+             external, drained_by_hand, idle_since, last_seen, joined_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+             ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, \
+             template = excluded.template, capacity = excluded.capacity, \
+             allocated = excluded.allocated, state = excluded.state, labels = excluded.labels, \
+             external = excluded.external, drained_by_hand = excluded.drained_by_hand, \
+             idle_since = CASE WHEN excluded.allocated = '' \
+                 THEN COALESCE(agents.idle_since, $12) ELSE NULL END, \
+             last_seen = excluded.last_seen",
+        )
+        .bind(&agent.id.0)
+        .bind(&agent.group)
+        .bind(agent.template.as_deref())
+        .bind(agent.capacity.to_string())
+        .bind(agent.allocated.to_string())
+        .bind(name_of(&agent.state))
+        .bind(to_json(&agent.labels)?)
+        .bind(agent.external)
+        .bind(agent.drained_by_hand)
+        .bind(idle_since)
+        .bind(now.0)
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn get_agent(&self, id: &str) -> Result<Option<Agent>> {
+        sqlx::query(concat!(
+            "SELECT ",
+            agent_columns!(),
+            " FROM agents WHERE id = $1"
+        ))
+        .bind(id)
+        .fetch_optional(&self.read)
+        .await?
+        .as_ref()
+        .map(agent_from_row)
+        .transpose()
+    }
+
+    /// Agents of one group (or all), terminated ones included, by id.
+    pub async fn list_agents(&self, group: Option<&str>) -> Result<Vec<Agent>> {
+        let rows = match group {
+            Some(group) => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    agent_columns!(),
+                    " FROM agents WHERE group_name = $1 ORDER BY id"
+                ))
+                .bind(group)
+                .fetch_all(&self.read)
+                .await?
+            }
+            None => {
+                sqlx::query(concat!(
+                    "SELECT ",
+                    agent_columns!(),
+                    " FROM agents ORDER BY id"
+                ))
+                .fetch_all(&self.read)
+                .await?
+            }
+        };
+        rows.iter().map(agent_from_row).collect()
+    }
+
+    /// Sets an agent's state by hand (drain, undrain, lost, terminated). An idle agent that
+    /// becomes alive again starts a new idle period at `now`, so scale-in does not mark it at
+    /// once. `NotFound` if there is no such agent.
+    pub async fn set_agent_state(
+        &self,
+        id: &str,
+        state: AgentState,
+        drained_by_hand: bool,
+        now: Timestamp,
+    ) -> Result<()> {
+        let done = sqlx::query(
+            "UPDATE agents SET state = $2, drained_by_hand = $3, \
+             idle_since = CASE WHEN $2 = 'alive' AND state <> 'alive' AND allocated = '' \
+                 THEN $4 ELSE idle_since END \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(name_of(&state))
+        .bind(drained_by_hand)
+        .bind(now.0)
+        .execute(&self.write)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::not_found("agent", id));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,449 @@
+//! The cycle's two database steps: one consistent read of a group, and one guarded transaction
+//! that writes a pass's decisions.
+
+use std::collections::btree_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+use sqlx::any::AnyRow;
+
+use corral_core::{
+    Agent, AgentState, Decisions, InFlight, Session, SessionState, Slots, Snapshot, Timestamp,
+    WaitReason,
+};
+
+use crate::agents::{agent_columns, agent_from_row};
+use crate::catalog::{group_from_row, image_from_row};
+use crate::codec::{count, name_of, Fields};
+use crate::error::{Result, StoreError};
+use crate::events::{insert_event, NewEvent};
+use crate::sessions::{core_session_columns, insert_history, session_from_row};
+use crate::{Store, Tx};
+
+/// What one `apply` wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub placed: usize,
+    pub rejected: usize,
+    /// Pending sessions whose wait reason was written.
+    pub waiting: usize,
+    /// Instances asked for (the sum of the launches' counts).
+    pub launched: u64,
+    pub marked: usize,
+    pub unmarked: usize,
+    pub terminated: usize,
+    pub events: usize,
+}
+
+/// An in-flight launch row: instances asked of a provider that have not joined yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InFlightRecord {
+    pub id: i64,
+    pub group: String,
+    pub launch: InFlight,
+}
+
+fn in_flight_from_row(row: &AnyRow) -> Result<InFlightRecord> {
+    let f = Fields::numbered(row, "in-flight launch", "id")?;
+    Ok(InFlightRecord {
+        id: f.int("id")?,
+        group: f.text("group_name")?,
+        launch: InFlight {
+            template: f.text("template")?,
+            count: f.u32("count")?,
+            since: f.time("since")?,
+        },
+    })
+}
+
+/// An agent as the decisions leave it, beside what the snapshot read (the guard).
+struct AgentChange<'a> {
+    before: &'a Agent,
+    state: AgentState,
+    allocated: Slots,
+    /// Unmarked while idle: its idle time starts again, so scale-in does not mark it at once.
+    restart_idle: bool,
+}
+
+impl Store {
+    /// One consistent read of everything a pass needs about `group`: the group, its agents that
+    /// are not terminated, its sessions that are pending, scheduled or running, all images, its
+    /// launches in flight, and when it last launched. `NotFound` if there is no such group.
+    pub async fn snapshot(&self, group: &str, now: Timestamp) -> Result<Snapshot> {
+        let mut tx = self.read_tx().await?;
+        let row = sqlx::query(
+            "SELECT name, policy, scheduler, templates, last_scale_out FROM groups \
+             WHERE name = $1",
+        )
+        .bind(group)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("group", group))?;
+        let scaling_group = group_from_row(&row)?;
+        let last_scale_out = Fields::new(&row, "group", "name")?.opt_time("last_scale_out")?;
+        let agents = sqlx::query(concat!(
+            "SELECT ",
+            agent_columns!(),
+            " FROM agents WHERE group_name = $1 AND state <> 'terminated' ORDER BY id"
+        ))
+        .bind(group)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(agent_from_row)
+        .collect::<Result<Vec<_>>>()?;
+        let sessions = sqlx::query(concat!(
+            "SELECT ",
+            core_session_columns!(),
+            " FROM sessions WHERE group_name = $1 \
+             AND state IN ('pending', 'scheduled', 'running') ORDER BY submitted_at, id"
+        ))
+        .bind(group)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(session_from_row)
+        .collect::<Result<Vec<Session>>>()?;
+        let images = sqlx::query("SELECT name, min_slots FROM images ORDER BY name")
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(image_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        let in_flight = fetch_in_flight(&mut tx, group)
+            .await?
+            .into_iter()
+            .map(|r| r.launch)
+            .collect();
+        tx.commit().await?;
+        Ok(Snapshot {
+            now,
+            group: scaling_group,
+            agents,
+            sessions,
+            images,
+            in_flight,
+            last_scale_out,
+        })
+    }
+
+    /// The group's launches in flight, oldest first.
+    pub async fn list_in_flight(&self, group: &str) -> Result<Vec<InFlightRecord>> {
+        let mut tx = self.read_tx().await?;
+        let rows = fetch_in_flight(&mut tx, group).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    /// Writes one pass's decisions, computed from `snapshot`, in one transaction.
+    ///
+    /// Every write is guarded by what the snapshot read: a placed or rejected session must
+    /// still be pending; an agent's state, allocation, capacity and drain flag must be as read
+    /// (an agent unmarked by these decisions takes placements as alive); launches need the
+    /// group's `last_scale_out` unchanged, so two passes never launch for the same demand. If any
+    /// guard fails the whole pass is rolled back and `Conflict` is returned: re-read and retry.
+    /// Decisions that contradict the snapshot itself (placing on a marked agent, over its
+    /// capacity, marking a busy agent...) are `Refused`: retrying would not help.
+    ///
+    /// Each decision also writes an event (`placed`, `rejected`, `launch`, `mark`, `unmark`,
+    /// `terminate`) with its reason, and each session state change a history row. Waiting
+    /// sessions get their wait reason; those that found no room (not those held behind another)
+    /// count one more blocked pass. Those guards are soft: a session that ended meanwhile is
+    /// skipped.
+    pub async fn apply(
+        &self,
+        group: &str,
+        snapshot: &Snapshot,
+        decisions: &Decisions,
+        now: Timestamp,
+    ) -> Result<Applied> {
+        if snapshot.group.name != group {
+            return Err(StoreError::Refused(format!(
+                "the snapshot is of group {:?}, not {group:?}",
+                snapshot.group.name
+            )));
+        }
+        let changes = plan_agents(snapshot, decisions)?;
+        let pending: HashMap<&str, &Session> =
+            snapshot.pending().map(|s| (s.id.0.as_str(), s)).collect();
+        let mut decided = HashSet::new();
+        for id in decisions
+            .placements
+            .iter()
+            .map(|p| &p.session)
+            .chain(decisions.rejections.iter().map(|r| &r.session))
+        {
+            if !pending.contains_key(id.0.as_str()) || !decided.insert(id) {
+                return Err(StoreError::Refused(format!(
+                    "session {id} is not pending in the snapshot, or decided twice"
+                )));
+            }
+        }
+
+        let mut tx = self.write_tx().await?;
+        let mut applied = Applied::default();
+        let event =
+            |kind: &str, session: Option<&str>, agent: Option<&str>, message: String| NewEvent {
+                at: now,
+                group: Some(group.to_string()),
+                session: session.map(str::to_string),
+                agent: agent.map(str::to_string),
+                kind: kind.to_string(),
+                message,
+            };
+        // Passes of one group take turns here (PostgreSQL); they do not wait for submissions.
+        let exists = sqlx::query(self.locking((
+            "SELECT name FROM groups WHERE name = $1",
+            "SELECT name FROM groups WHERE name = $1 FOR NO KEY UPDATE",
+        )))
+        .bind(group)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if exists.is_none() {
+            return Err(StoreError::not_found("group", group));
+        }
+
+        // 1. Admission.
+        for r in &decisions.rejections {
+            let reason = r.reason.to_string();
+            let done = sqlx::query(
+                "UPDATE sessions SET state = 'rejected', end_reason = $3, wait_reason = NULL, \
+                 updated_at = $4 WHERE id = $1 AND group_name = $2 AND state = 'pending'",
+            )
+            .bind(&r.session.0)
+            .bind(group)
+            .bind(&reason)
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::conflict("session", &r.session));
+            }
+            insert_history(&mut tx, &r.session.0, now, SessionState::Rejected, &reason).await?;
+            insert_event(
+                &mut tx,
+                &event("rejected", Some(&r.session.0), None, reason),
+            )
+            .await?;
+            applied.rejected += 1;
+            applied.events += 1;
+        }
+
+        // 2. Scaling: launches, then every agent's new state and allocation, in id order.
+        if !decisions.launches.is_empty() {
+            let done = sqlx::query(
+                "UPDATE groups SET last_scale_out = $2 WHERE name = $1 \
+                 AND (last_scale_out = $3 OR (last_scale_out IS NULL AND $3 IS NULL))",
+            )
+            .bind(group)
+            .bind(now.0)
+            .bind(snapshot.last_scale_out.map(|t| t.0))
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::conflict("group", group));
+            }
+        }
+        for launch in &decisions.launches {
+            sqlx::query(
+                "INSERT INTO in_flight (group_name, template, count, since) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(group)
+            .bind(&launch.template)
+            .bind(count(launch.count))
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await?;
+            let message = format!("{} × {}: {}", launch.count, launch.template, launch.reason);
+            insert_event(&mut tx, &event("launch", None, None, message)).await?;
+            applied.launched += u64::from(launch.count);
+            applied.events += 1;
+        }
+        for (id, change) in &changes {
+            let before = change.before;
+            let done = sqlx::query(
+                "UPDATE agents SET state = $2, allocated = $3, \
+                 idle_since = CASE WHEN $3 <> '' THEN NULL WHEN $4 = 1 THEN $5 \
+                     ELSE COALESCE(idle_since, $5) END \
+                 WHERE id = $1 AND group_name = $6 AND state = $7 AND allocated = $8 \
+                 AND capacity = $9 AND drained_by_hand = $10",
+            )
+            .bind(*id)
+            .bind(name_of(&change.state))
+            .bind(change.allocated.to_string())
+            .bind(i64::from(change.restart_idle))
+            .bind(now.0)
+            .bind(group)
+            .bind(name_of(&before.state))
+            .bind(before.allocated.to_string())
+            .bind(before.capacity.to_string())
+            .bind(before.drained_by_hand)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::conflict("agent", id));
+            }
+        }
+        for (kind, list) in [
+            ("unmark", &decisions.unmarks),
+            ("mark", &decisions.marks),
+            ("terminate", &decisions.terminations),
+        ] {
+            for d in list {
+                let e = event(kind, None, Some(&d.agent.0), d.reason.clone());
+                insert_event(&mut tx, &e).await?;
+                applied.events += 1;
+            }
+        }
+        applied.unmarked = decisions.unmarks.len();
+        applied.marked = decisions.marks.len();
+        applied.terminated = decisions.terminations.len();
+
+        // 3. Scheduling.
+        for p in &decisions.placements {
+            let done = sqlx::query(
+                "UPDATE sessions SET state = 'scheduled', agent = $3, allocation = $4, \
+                 wait_reason = NULL, updated_at = $5 \
+                 WHERE id = $1 AND group_name = $2 AND state = 'pending'",
+            )
+            .bind(&p.session.0)
+            .bind(group)
+            .bind(&p.agent.0)
+            .bind(p.slots.to_string())
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::conflict("session", &p.session));
+            }
+            let message = format!("placed on agent {} ({})", p.agent, p.slots);
+            insert_history(
+                &mut tx,
+                &p.session.0,
+                now,
+                SessionState::Scheduled,
+                &message,
+            )
+            .await?;
+            let e = event("placed", Some(&p.session.0), Some(&p.agent.0), message);
+            insert_event(&mut tx, &e).await?;
+            applied.placed += 1;
+            applied.events += 1;
+        }
+        for w in &decisions.waiting {
+            let Some(session) = pending.get(w.session.0.as_str()) else {
+                continue; // Not pending in the snapshot: nothing of it to update.
+            };
+            let blocked = !matches!(w.reason, WaitReason::HeldBehind { .. });
+            let passes = session.blocked_passes.saturating_add(u32::from(blocked));
+            let done = sqlx::query(
+                "UPDATE sessions SET wait_reason = $3, blocked_passes = $4 \
+                 WHERE id = $1 AND group_name = $2 AND state = 'pending' AND blocked_passes = $5",
+            )
+            .bind(&w.session.0)
+            .bind(group)
+            .bind(w.reason.to_string())
+            .bind(count(passes))
+            .bind(count(session.blocked_passes))
+            .execute(&mut *tx)
+            .await?;
+            applied.waiting += usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
+        }
+
+        tx.commit().await?;
+        Ok(applied)
+    }
+}
+
+async fn fetch_in_flight(tx: &mut Tx, group: &str) -> Result<Vec<InFlightRecord>> {
+    sqlx::query(
+        "SELECT id, group_name, template, count, since FROM in_flight \
+         WHERE group_name = $1 ORDER BY id",
+    )
+    .bind(group)
+    .fetch_all(&mut **tx)
+    .await?
+    .iter()
+    .map(in_flight_from_row)
+    .collect()
+}
+
+/// Every agent the decisions touch, as they leave it, checked against the snapshot: unmarks
+/// first (so an unmarked agent takes placements), then placements, marks and terminations.
+/// Keyed by id, so agents are written in one order and concurrent passes cannot deadlock.
+fn plan_agents<'a>(
+    snapshot: &'a Snapshot,
+    decisions: &'a Decisions,
+) -> Result<BTreeMap<&'a str, AgentChange<'a>>> {
+    let mut changes: BTreeMap<&str, AgentChange> = BTreeMap::new();
+    let refuse = |what: &str, id: &str, why: &str| {
+        Err(StoreError::Refused(format!(
+            "cannot {what} agent {id}: {why}"
+        )))
+    };
+    for d in &decisions.unmarks {
+        let c = change_of(&mut changes, snapshot, &d.agent.0)?;
+        if c.state != AgentState::Marked || c.before.drained_by_hand {
+            return refuse("unmark", &d.agent.0, "it is not marked by the policy");
+        }
+        c.state = AgentState::Alive;
+        c.restart_idle = true;
+    }
+    for p in &decisions.placements {
+        let c = change_of(&mut changes, snapshot, &p.agent.0)?;
+        if c.state != AgentState::Alive {
+            return refuse("place a session on", &p.agent.0, "it is not alive");
+        }
+        let allocated = c.allocated.checked_add(&p.slots).ok();
+        match allocated {
+            Some(a) if a.fits_in(&c.before.capacity) => c.allocated = a,
+            _ => {
+                let why = format!("{} does not fit its free capacity", p.slots);
+                return refuse("place a session on", &p.agent.0, &why);
+            }
+        }
+    }
+    for d in &decisions.marks {
+        let c = change_of(&mut changes, snapshot, &d.agent.0)?;
+        if c.state != AgentState::Alive || !c.allocated.is_empty() {
+            return refuse("mark", &d.agent.0, "it is not alive and idle");
+        }
+        c.state = AgentState::Marked;
+    }
+    for d in &decisions.terminations {
+        let c = change_of(&mut changes, snapshot, &d.agent.0)?;
+        // Marked before this pass: never terminated in the pass that marks it.
+        if c.state != AgentState::Marked
+            || c.before.state != AgentState::Marked
+            || !c.allocated.is_empty()
+        {
+            return refuse("terminate", &d.agent.0, "it is not marked and empty");
+        }
+        c.state = AgentState::Terminated;
+    }
+    Ok(changes)
+}
+
+fn change_of<'m, 'a>(
+    changes: &'m mut BTreeMap<&'a str, AgentChange<'a>>,
+    snapshot: &'a Snapshot,
+    id: &'a str,
+) -> Result<&'m mut AgentChange<'a>> {
+    match changes.entry(id) {
+        Entry::Occupied(e) => Ok(e.into_mut()),
+        Entry::Vacant(e) => {
+            let before = snapshot
+                .agents
+                .iter()
+                .find(|a| a.id.0 == id)
+                .ok_or_else(|| StoreError::Refused(format!("agent {id} is not in the snapshot")))?;
+            Ok(e.insert(AgentChange {
+                before,
+                state: before.state,
+                allocated: before.allocated.clone(),
+                restart_idle: false,
+            }))
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! The store's one error type.
+
+/// What a store call can fail with. Callers branch on the first four; the rest are the
+/// database's own failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{what} {id:?} not found")]
+    NotFound { what: &'static str, id: String },
+    /// It already exists, or it changed since it was read (re-read and retry).
+    #[error("{what} {id:?} already exists or changed since it was read")]
+    Conflict { what: &'static str, id: String },
+    /// The change is not allowed in the current state (e.g. deleting a group still in use).
+    #[error("{0}")]
+    Refused(String),
+    /// A row that does not parse back into the domain type.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://...")]
+    BadUrl(String),
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    pub(crate) fn not_found(what: &'static str, id: impl ToString) -> Self {
+        StoreError::NotFound {
+            what,
+            id: id.to_string(),
+        }
+    }
+
+    pub(crate) fn conflict(what: &'static str, id: impl ToString) -> Self {
+        StoreError::Conflict {
+            what,
+            id: id.to_string(),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! Events (what happened and why, for people) and API tokens.
+
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+
+use corral_core::Timestamp;
+
+use crate::codec::{name_of, Arg, Fields, Where};
+use crate::error::{Result, StoreError};
+use crate::{Store, Tx};
+
+/// An event to record. `kind` is a short word (`placed`, `rejected`, `launch`, `mark`,
+/// `unmark`, `terminate`, `cancelled`...); `message` says why, for people.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct NewEvent {
+    pub at: Timestamp,
+    pub group: Option<String>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    pub kind: String,
+    pub message: String,
+}
+
+/// A recorded event; `id` grows with each event and pages the list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    pub id: i64,
+    pub at: Timestamp,
+    pub group: Option<String>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    pub kind: String,
+    pub message: String,
+}
+
+/// Which events `list_events` returns, newest first: every given field must match;
+/// `before_id` continues below that id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventFilter {
+    pub group: Option<String>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    pub before_id: Option<i64>,
+    /// At most this many; `None`: all.
+    pub limit: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    User,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenRecord {
+    pub id: String,
+    /// What the manager derived from the secret (a SHA-256 hex); the store only compares it.
+    pub hash: String,
+    pub role: Role,
+    pub user: String,
+    pub created_at: Timestamp,
+}
+
+fn event_from_row(row: &AnyRow) -> Result<Event> {
+    let f = Fields::numbered(row, "event", "id")?;
+    Ok(Event {
+        id: f.int("id")?,
+        at: f.time("at")?,
+        group: f.opt_text("group_name")?,
+        session: f.opt_text("session")?,
+        agent: f.opt_text("agent")?,
+        kind: f.text("kind")?,
+        message: f.text("message")?,
+    })
+}
+
+fn token_from_row(row: &AnyRow) -> Result<TokenRecord> {
+    let f = Fields::new(row, "token", "id")?;
+    Ok(TokenRecord {
+        id: f.text("id")?,
+        hash: f.text("hash")?,
+        role: f.name("role")?,
+        user: f.text("user_name")?,
+        created_at: f.time("created_at")?,
+    })
+}
+
+/// Records an event inside a transaction, so it commits (or not) with the change it explains.
+pub(crate) async fn insert_event(tx: &mut Tx, event: &NewEvent) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO events (at, group_name, session, agent, kind, message) \
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+    )
+    .bind(event.at.0)
+    .bind(event.group.as_deref())
+    .bind(event.session.as_deref())
+    .bind(event.agent.as_deref())
+    .bind(&event.kind)
+    .bind(&event.message)
+    .fetch_one(&mut **tx)
+    .await?)
+}
+
+impl Store {
+    /// Records an event; returns its id.
+    pub async fn record_event(&self, event: &NewEvent) -> Result<i64> {
+        let mut tx = self.write_tx().await?;
+        let id = insert_event(&mut tx, event).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Events matching the filter, newest first.
+    pub async fn list_events(&self, filter: &EventFilter) -> Result<Vec<Event>> {
+        let mut w = Where::default();
+        if let Some(group) = &filter.group {
+            w.and("group_name = ?", [Arg::Text(group.clone())]);
+        }
+        if let Some(session) = &filter.session {
+            w.and("session = ?", [Arg::Text(session.clone())]);
+        }
+        if let Some(agent) = &filter.agent {
+            w.and("agent = ?", [Arg::Text(agent.clone())]);
+        }
+        if let Some(before) = filter.before_id {
+            w.and("id < ?", [Arg::Int(before)]);
+        }
+        let mut sql = format!(
+            "SELECT id, at, group_name, session, agent, kind, message FROM events{} \
+             ORDER BY id DESC",
+            w.sql()
+        );
+        if let Some(limit) = filter.limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+        }
+        w.query(sql)
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
+    }
+
+    /// Stores an API token. `Conflict` if its id or its hash is taken.
+    pub async fn insert_token(
+        &self,
+        id: &str,
+        hash: &str,
+        role: Role,
+        user: &str,
+        now: Timestamp,
+    ) -> Result<()> {
+        let done = sqlx::query(
+            "INSERT INTO tokens (id, hash, role, user_name, created_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(hash)
+        .bind(name_of(&role))
+        .bind(user)
+        .bind(now.0)
+        .execute(&self.write)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::conflict("token", id));
+        }
+        Ok(())
+    }
+
+    pub async fn find_token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+        sqlx::query("SELECT id, hash, role, user_name, created_at FROM tokens WHERE hash = $1")
+            .bind(hash)
+            .fetch_optional(&self.read)
+            .await?
+            .as_ref()
+            .map(token_from_row)
+            .transpose()
+    }
+
+    /// How many tokens exist (the manager creates the first admin token when there are none).
+    pub async fn count_tokens(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tokens")
+            .fetch_one(&self.read)
+            .await?;
+        u64::try_from(n).map_err(|_| StoreError::Corrupt(format!("token count {n}")))
+    }
+}

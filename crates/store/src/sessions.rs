@@ -1,0 +1,411 @@
+//! Sessions: what users submit, their state changes and their history.
+
+use serde::Serialize;
+use sqlx::any::AnyRow;
+
+use corral_core::{AgentId, Session, SessionId, SessionState, Slots, Timestamp};
+
+use crate::codec::{count, name_of, release, to_json, Arg, Fields, Where};
+use crate::error::{Result, StoreError};
+use crate::events::{insert_event, NewEvent};
+use crate::{locked, Store, Tx};
+
+/// The columns `session_from_row` reads (what the cycle needs).
+macro_rules! core_session_columns {
+    () => {
+        "id, group_name, owner, priority, request, image, session_type, state, agent, \
+         blocked_passes, submitted_at"
+    };
+}
+pub(crate) use core_session_columns;
+
+/// The columns `record_from_row` reads, in one place so every query selects the same.
+macro_rules! session_columns {
+    () => {
+        concat!(
+            core_session_columns!(),
+            ", allocation, updated_at, wait_reason, end_reason, spec"
+        )
+    };
+}
+
+/// A session as stored: the core's view plus what the manager keeps beside it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionRecord {
+    pub session: Session,
+    /// The manager's submit fields (command, env, inputs, outputs), stored as given.
+    pub spec: serde_json::Value,
+    /// What it holds on its agent while scheduled or running (its required shares when placed).
+    pub allocation: Option<Slots>,
+    /// Why it waits, from the last pass that left it pending.
+    pub wait_reason: Option<String>,
+    /// Why it ended (rejected, cancelled, failed...).
+    pub end_reason: Option<String>,
+    /// When its state last changed.
+    pub updated_at: Timestamp,
+    /// Its state changes, oldest first; filled by `get_session`, empty in lists.
+    pub history: Vec<HistoryEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HistoryEntry {
+    pub at: Timestamp,
+    pub state: SessionState,
+    pub reason: String,
+}
+
+/// Which sessions `list_sessions` returns: every given field must match. Ordered by
+/// (submitted_at, id); `after_id` continues after that session (keyset paging).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFilter {
+    pub group: Option<String>,
+    pub owner: Option<String>,
+    pub state: Option<SessionState>,
+    /// At most this many; `None`: all.
+    pub limit: Option<u32>,
+    pub after_id: Option<String>,
+}
+
+pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
+    let f = Fields::new(row, "session", "id")?;
+    Ok(Session {
+        id: SessionId(f.text("id")?),
+        group: f.text("group_name")?,
+        owner: f.text("owner")?,
+        priority: f.i32("priority")?,
+        request: f.slots("request")?,
+        image: f.opt_text("image")?,
+        kind: f.name("session_type")?,
+        submitted_at: f.time("submitted_at")?,
+        state: f.name("state")?,
+        agent: f.opt_text("agent")?.map(AgentId),
+        blocked_passes: f.u32("blocked_passes")?,
+    })
+}
+
+fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
+    let f = Fields::new(row, "session", "id")?;
+    Ok(SessionRecord {
+        session: session_from_row(row)?,
+        spec: f.json("spec")?,
+        allocation: f.opt_slots("allocation")?,
+        wait_reason: f.opt_text("wait_reason")?,
+        end_reason: f.opt_text("end_reason")?,
+        updated_at: f.time("updated_at")?,
+        history: Vec::new(),
+    })
+}
+
+fn history_from_row(row: &AnyRow) -> Result<HistoryEntry> {
+    let f = Fields::numbered(row, "session history", "id")?;
+    Ok(HistoryEntry {
+        at: f.time("at")?,
+        state: f.name("state")?,
+        reason: f.text("reason")?,
+    })
+}
+
+pub(crate) async fn insert_history(
+    tx: &mut Tx,
+    session: &str,
+    at: Timestamp,
+    state: SessionState,
+    reason: &str,
+) -> Result<()> {
+    sqlx::query("INSERT INTO session_history (session, at, state, reason) VALUES ($1, $2, $3, $4)")
+        .bind(session)
+        .bind(at.0)
+        .bind(name_of(&state))
+        .bind(reason)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+async fn load_history(tx: &mut Tx, session: &str) -> Result<Vec<HistoryEntry>> {
+    sqlx::query("SELECT id, at, state, reason FROM session_history WHERE session = $1 ORDER BY id")
+        .bind(session)
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(history_from_row)
+        .collect()
+}
+
+impl Store {
+    /// Stores a submitted session with its spec and a first history row, "submitted".
+    /// `NotFound` if its group does not exist, `Conflict` if its id is taken.
+    pub async fn insert_session(
+        &self,
+        session: &Session,
+        spec: &serde_json::Value,
+        now: Timestamp,
+    ) -> Result<()> {
+        self.insert_sessions(&[(session, spec)], now).await
+    }
+
+    /// Stores several submitted sessions in one transaction (one commit for a burst of
+    /// submits): all of them, or, on the first missing group or taken id, none.
+    pub async fn insert_sessions(
+        &self,
+        sessions: &[(&Session, &serde_json::Value)],
+        now: Timestamp,
+    ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        let mut groups_seen: Vec<&str> = Vec::new();
+        for (session, spec) in sessions {
+            if !groups_seen.contains(&session.group.as_str()) {
+                // KEY SHARE: keeps the group from being deleted meanwhile, without waiting for
+                // passes.
+                let group = sqlx::query(self.locking((
+                    "SELECT name FROM groups WHERE name = $1",
+                    "SELECT name FROM groups WHERE name = $1 FOR KEY SHARE",
+                )))
+                .bind(&session.group)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if group.is_none() {
+                    return Err(StoreError::not_found("group", &session.group));
+                }
+                groups_seen.push(&session.group);
+            }
+            let done = sqlx::query(
+                "INSERT INTO sessions (id, group_name, owner, priority, request, image, session_type, \
+                 state, agent, allocation, blocked_passes, submitted_at, updated_at, wait_reason, \
+                 end_reason, spec) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, NULL, NULL, $13) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(&session.id.0)
+            .bind(&session.group)
+            .bind(&session.owner)
+            .bind(i64::from(session.priority))
+            .bind(session.request.to_string())
+            .bind(session.image.as_deref())
+            .bind(name_of(&session.kind))
+            .bind(name_of(&session.state))
+            .bind(session.agent.as_ref().map(|a| a.0.as_str()))
+            .bind(count(session.blocked_passes))
+            .bind(session.submitted_at.0)
+            .bind(now.0)
+            .bind(to_json(spec)?)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::conflict("session", &session.id));
+            }
+            insert_history(&mut tx, &session.id.0, now, session.state, "submitted").await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The session with its full history.
+    pub async fn get_session(&self, id: &str) -> Result<Option<SessionRecord>> {
+        let mut tx = self.read_tx().await?;
+        let record = fetch_record(&mut tx, id, false, self).await?;
+        tx.commit().await?;
+        Ok(record)
+    }
+
+    /// Sessions matching the filter, by (submitted_at, id), without history.
+    /// `NotFound` if `after_id` names no session.
+    pub async fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRecord>> {
+        let mut w = Where::default();
+        if let Some(group) = &filter.group {
+            w.and("group_name = ?", [Arg::Text(group.clone())]);
+        }
+        if let Some(owner) = &filter.owner {
+            w.and("owner = ?", [Arg::Text(owner.clone())]);
+        }
+        if let Some(state) = &filter.state {
+            w.and("state = ?", [Arg::Text(name_of(state))]);
+        }
+        if let Some(after) = &filter.after_id {
+            let at: Option<i64> =
+                sqlx::query_scalar("SELECT submitted_at FROM sessions WHERE id = $1")
+                    .bind(after)
+                    .fetch_optional(&self.read)
+                    .await?;
+            let at = at.ok_or_else(|| StoreError::not_found("session", after))?;
+            w.and(
+                "(submitted_at > ? OR (submitted_at = ? AND id > ?))",
+                [Arg::Int(at), Arg::Int(at), Arg::Text(after.clone())],
+            );
+        }
+        let mut sql = format!(
+            "SELECT {} FROM sessions{} ORDER BY submitted_at, id",
+            session_columns!(),
+            w.sql()
+        );
+        if let Some(limit) = filter.limit {
+            sql.push_str(&format!(" LIMIT {limit}"));
+        }
+        w.query(sql)
+            .fetch_all(&self.read)
+            .await?
+            .iter()
+            .map(record_from_row)
+            .collect()
+    }
+
+    /// Cancels a pending, scheduled or running session; see [`Store::end_session`].
+    pub async fn cancel_session(
+        &self,
+        id: &str,
+        now: Timestamp,
+        reason: &str,
+    ) -> Result<SessionRecord> {
+        self.end_session(id, SessionState::Cancelled, now, reason)
+            .await
+    }
+
+    /// Ends a pending, scheduled or running session as `state` (succeeded, failed, cancelled or
+    /// rejected) with its reason, and in the same transaction frees what it held on its agent,
+    /// writes a history row and an event (kind: the new state). `Conflict` if it had already
+    /// ended, `NotFound` if there is no such session, `Refused` if `state` is not an end state.
+    pub async fn end_session(
+        &self,
+        id: &str,
+        state: SessionState,
+        now: Timestamp,
+        reason: &str,
+    ) -> Result<SessionRecord> {
+        if !is_end(state) {
+            return Err(StoreError::Refused(format!(
+                "{} is not a state a session ends in",
+                name_of(&state)
+            )));
+        }
+        let mut tx = self.write_tx().await?;
+        let record = fetch_record(&mut tx, id, true, self)
+            .await?
+            .ok_or_else(|| StoreError::not_found("session", id))?;
+        let before = record.session.state;
+        if is_end(before) {
+            return Err(StoreError::conflict("session", id));
+        }
+        sqlx::query(
+            "UPDATE sessions SET state = $2, end_reason = $3, wait_reason = NULL, updated_at = $4 \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(name_of(&state))
+        .bind(reason)
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await?;
+        insert_history(&mut tx, id, now, state, reason).await?;
+        if let (true, Some(agent), Some(held)) = (
+            before.holds_capacity(),
+            &record.session.agent,
+            &record.allocation,
+        ) {
+            self.release(&mut tx, &agent.0, held, now).await?;
+        }
+        insert_event(
+            &mut tx,
+            &NewEvent {
+                at: now,
+                group: Some(record.session.group.clone()),
+                session: Some(id.to_string()),
+                agent: record.session.agent.as_ref().map(|a| a.0.clone()),
+                kind: name_of(&state),
+                message: reason.to_string(),
+            },
+        )
+        .await?;
+        let ended = fetch_record(&mut tx, id, false, self)
+            .await?
+            .ok_or_else(|| StoreError::not_found("session", id))?;
+        tx.commit().await?;
+        Ok(ended)
+    }
+
+    /// A scheduled session has started on its agent. `Conflict` unless it was scheduled.
+    pub async fn start_session(&self, id: &str, now: Timestamp) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        let done = sqlx::query(
+            "UPDATE sessions SET state = 'running', updated_at = $2 \
+             WHERE id = $1 AND state = 'scheduled'",
+        )
+        .bind(id)
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            let exists: Option<String> =
+                sqlx::query_scalar("SELECT id FROM sessions WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Err(match exists {
+                None => StoreError::not_found("session", id),
+                Some(_) => StoreError::conflict("session", id),
+            });
+        }
+        insert_history(&mut tx, id, now, SessionState::Running, "started").await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Takes `held` off the agent's allocation (never below zero), keeping `idle_since`.
+    async fn release(&self, tx: &mut Tx, agent: &str, held: &Slots, now: Timestamp) -> Result<()> {
+        let row =
+            sqlx::query(self.locking(locked!("SELECT id, allocated FROM agents WHERE id = $1")))
+                .bind(agent)
+                .fetch_optional(&mut **tx)
+                .await?;
+        let Some(row) = row else {
+            return Ok(()); // The agent is gone: nothing to free.
+        };
+        let allocated = Fields::new(&row, "agent", "id")?.slots("allocated")?;
+        let left = release(&allocated, held);
+        sqlx::query(
+            "UPDATE agents SET allocated = $2, \
+             idle_since = CASE WHEN $2 = '' THEN COALESCE(idle_since, $3) ELSE NULL END \
+             WHERE id = $1",
+        )
+        .bind(agent)
+        .bind(left.to_string())
+        .bind(now.0)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+}
+
+fn is_end(state: SessionState) -> bool {
+    !matches!(
+        state,
+        SessionState::Pending | SessionState::Scheduled | SessionState::Running
+    )
+}
+
+async fn fetch_record(
+    tx: &mut Tx,
+    id: &str,
+    lock: bool,
+    store: &Store,
+) -> Result<Option<SessionRecord>> {
+    let sql = if lock {
+        store.locking(locked!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE id = $1"
+        ))
+    } else {
+        concat!(
+            "SELECT ",
+            session_columns!(),
+            " FROM sessions WHERE id = $1"
+        )
+    };
+    let row = sqlx::query(sql).bind(id).fetch_optional(&mut **tx).await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let mut record = record_from_row(&row)?;
+    record.history = load_history(tx, id).await?;
+    Ok(Some(record))
+}
