@@ -85,8 +85,8 @@ async fn case(
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse()?,
         database_url,
-        tick: Duration::from_secs(1),
-        min_pass_interval: Duration::from_millis(50),
+        // The manager's own defaults for how often passes run: what operators get.
+        ..Default::default()
     };
     let app = corral_manager::start(&config).await?;
     let listener = tokio::net::TcpListener::bind(config.listen).await?;

@@ -405,7 +405,7 @@ async fn put_image(
         min_slots: b.min_slots,
     };
     app.store.put_image(&image).await?;
-    app.control.forget_views();
+    app.control.views.invalidate_all();
     Ok(Json(image))
 }
 
@@ -416,7 +416,7 @@ async fn delete_image(
 ) -> Result<StatusCode> {
     caller.require_admin()?;
     app.store.delete_image(&name).await?;
-    app.control.forget_views();
+    app.control.views.invalidate_all();
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -518,9 +518,10 @@ async fn submit(
     Body(b): Body<SubmitBody>,
 ) -> Result<impl IntoResponse> {
     check_submit(&b)?;
-    let view = match app.control.admission_view(&b.group) {
+    let view = match app.control.views.get(&b.group) {
         Some(view) => view,
         None => {
+            let generation = app.control.views.generation(&b.group);
             let group = app
                 .store
                 .get_group(&b.group)
@@ -536,7 +537,7 @@ async fn submit(
                 in_flight: Vec::new(),
                 last_scale_out: None,
             };
-            app.control.remember_view(view)
+            app.control.views.remember(view, generation)
         }
     };
     if let Some(image) = b

@@ -5,12 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use corral_core::{cycle, Snapshot};
+use corral_core::cycle;
 use corral_store::{Applied, NewEvent, Store, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::now;
+use crate::views::Views;
 
 /// Attempts of one pass when its apply loses a race with another writer.
 const CONFLICT_RETRIES: usize = 5;
@@ -20,13 +21,9 @@ pub struct Control {
     tick: Duration,
     min_interval: Duration,
     workers: Mutex<HashMap<String, Arc<Notify>>>,
-    /// Per group, what admission at submit needs (group, agents, images: no sessions), as the
-    /// last read or pass saw it. Dropped on every change this manager makes to the group, and
-    /// expires after `VIEW_TTL` for changes other managers make; the cycle re-checks anyway.
-    views: Mutex<HashMap<String, (Arc<Snapshot>, Instant)>>,
+    /// What admission at submit reads, per group.
+    pub views: Views,
 }
-
-const VIEW_TTL: Duration = Duration::from_secs(1);
 
 impl Control {
     pub fn new(store: Store, tick: Duration, min_interval: Duration) -> Arc<Self> {
@@ -35,17 +32,14 @@ impl Control {
             tick,
             min_interval,
             workers: Mutex::default(),
-            views: Mutex::default(),
+            views: Views::default(),
         })
     }
 
     /// Something happened to `group`: make sure its worker runs a pass soon. Wakes that arrive
     /// while a pass runs are folded into one more pass.
     pub fn wake(self: &Arc<Self>, group: &str) {
-        self.views
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(group);
+        self.views.invalidate(group);
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         match workers.get(group) {
             Some(notify) => notify.notify_one(),
@@ -56,29 +50,6 @@ impl Control {
                 tokio::spawn(self.clone().worker(group.to_string(), notify));
             }
         }
-    }
-
-    /// The admission view of `group`, if a fresh one is known.
-    pub fn admission_view(&self, group: &str) -> Option<Arc<Snapshot>> {
-        let views = self.views.lock().unwrap_or_else(|p| p.into_inner());
-        views
-            .get(group)
-            .filter(|(_, at)| at.elapsed() < VIEW_TTL)
-            .map(|(v, _)| v.clone())
-    }
-
-    /// Keeps `snapshot`, without its sessions, as the admission view of its group.
-    pub fn remember_view(&self, mut snapshot: Snapshot) -> Arc<Snapshot> {
-        snapshot.sessions = Vec::new();
-        let view = Arc::new(snapshot);
-        let mut views = self.views.lock().unwrap_or_else(|p| p.into_inner());
-        views.insert(view.group.name.clone(), (view.clone(), Instant::now()));
-        view
-    }
-
-    /// Something all groups share changed (an image).
-    pub fn forget_views(&self) {
-        self.views.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// The group was deleted: its worker stops at its next pass.
@@ -131,6 +102,7 @@ impl Control {
         let mut attempt = 0;
         loop {
             let now = now();
+            let generation = self.views.generation(group);
             let snapshot = store.snapshot(group, now).await?;
             let decisions = cycle(&snapshot);
             let changes_agents = !(decisions.marks.is_empty()
@@ -162,7 +134,7 @@ impl Control {
                         store.record_event(&event).await?;
                     }
                     if !changes_agents {
-                        self.remember_view(snapshot);
+                        self.views.remember(snapshot, generation);
                     }
                     return Ok(applied);
                 }

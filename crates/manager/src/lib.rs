@@ -7,6 +7,7 @@ pub mod control;
 pub mod error;
 mod extract;
 mod submit;
+mod views;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
