@@ -139,6 +139,7 @@ async fn case(
     for c in clients {
         c.await??;
     }
+    let submitted = start.elapsed().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(120);
     while target.pending().await? {
         if Instant::now() > deadline {
@@ -172,7 +173,10 @@ async fn case(
     latencies.sort();
     let p99 = latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)];
     println!("api_{label}_submit_p99 {:.1} ms", p99.as_secs_f64() * 1e3);
-    eprintln!("# {label}: {sessions} sessions by {concurrency} clients in {secs:.2} s; {total} paced at {rate}/s, p50 {:.1} ms", latencies[latencies.len() / 2].as_secs_f64() * 1e3);
+    eprintln!(
+        "# {label}: {sessions} sessions by {concurrency} clients, all acknowledged after {submitted:.2} s and placed after {secs:.2} s; {total} paced at {rate}/s, p50 {:.1} ms",
+        latencies[latencies.len() / 2].as_secs_f64() * 1e3
+    );
     server.abort();
     Ok(())
 }

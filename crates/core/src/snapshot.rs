@@ -13,7 +13,8 @@ pub struct Snapshot {
     pub now: Timestamp,
     pub group: ScalingGroup,
     pub agents: Vec<Agent>,
-    /// Pending sessions, and those holding capacity (for fair-share accounting).
+    /// Pending sessions, and those holding capacity when fair share (DRF) needs them: agents'
+    /// allocations already say what is taken.
     pub sessions: Vec<Session>,
     pub images: Vec<Image>,
     pub in_flight: Vec<InFlight>,

@@ -8,16 +8,18 @@ use serde::Serialize;
 use sqlx::any::AnyRow;
 
 use corral_core::{
-    Agent, AgentState, Decisions, InFlight, Session, SessionState, Slots, Snapshot, Timestamp,
-    WaitReason,
+    Agent, AgentState, Decisions, HeadOfLine, InFlight, Sequencer, Session, SessionState, Slots,
+    Snapshot, Timestamp, WaitReason,
 };
 
 use crate::agents::{agent_columns, agent_from_row};
 use crate::catalog::{group_from_row, image_from_row};
 use crate::codec::{count, name_of, Fields};
 use crate::error::{Result, StoreError};
-use crate::events::{insert_event, NewEvent};
-use crate::sessions::{core_session_columns, insert_history, session_from_row};
+use crate::events::{insert_event, insert_events_many, NewEvent};
+use crate::sessions::{
+    core_session_columns, insert_history, insert_history_many, session_from_row, ROWS_PER_STATEMENT,
+};
 use crate::{Store, Tx};
 
 /// What one `apply` wrote.
@@ -67,8 +69,9 @@ struct AgentChange<'a> {
 
 impl Store {
     /// One consistent read of everything a pass needs about `group`: the group, its agents that
-    /// are not terminated, its sessions that are pending, scheduled or running, all images, its
-    /// launches in flight, and when it last launched. `NotFound` if there is no such group.
+    /// are not terminated, its pending sessions (and, under DRF, those scheduled or running), all
+    /// images, its launches in flight, and when it last launched. `NotFound` if there is no such
+    /// group.
     pub async fn snapshot(&self, group: &str, now: Timestamp) -> Result<Snapshot> {
         let mut tx = self.read_tx().await?;
         let row = sqlx::query(
@@ -92,12 +95,24 @@ impl Store {
         .iter()
         .map(agent_from_row)
         .collect::<Result<Vec<_>>>()?;
-        let sessions = sqlx::query(concat!(
-            "SELECT ",
-            core_session_columns!(),
-            " FROM sessions WHERE group_name = $1 \
-             AND state IN ('pending', 'scheduled', 'running') ORDER BY submitted_at, id"
-        ))
+        // Sessions holding capacity only matter to fair share (DRF); agents' allocations already
+        // say what is taken. Skipping them keeps a pass's read to the pending queue.
+        let holding_too = scaling_group.scheduler.sequencer == Sequencer::Drf;
+        let sessions = sqlx::query(if holding_too {
+            concat!(
+                "SELECT ",
+                core_session_columns!(),
+                " FROM sessions WHERE group_name = $1 \
+                 AND state IN ('pending', 'scheduled', 'running') ORDER BY submitted_at, id"
+            )
+        } else {
+            concat!(
+                "SELECT ",
+                core_session_columns!(),
+                " FROM sessions WHERE group_name = $1 \
+                 AND state = 'pending' ORDER BY submitted_at, id"
+            )
+        })
         .bind(group)
         .fetch_all(&mut *tx)
         .await?
@@ -300,55 +315,100 @@ impl Store {
         applied.marked = decisions.marks.len();
         applied.terminated = decisions.terminations.len();
 
-        // 3. Scheduling.
+        // 3. Scheduling: one guarded UPDATE per (agent, allocation) and multi-row inserts, so
+        //    a pass that places thousands of sessions costs tens of statements, not thousands.
+        let mut by_target: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
         for p in &decisions.placements {
-            let done = sqlx::query(
-                "UPDATE sessions SET state = 'scheduled', agent = $3, allocation = $4, \
-                 wait_reason = NULL, updated_at = $5 \
-                 WHERE id = $1 AND group_name = $2 AND state = 'pending'",
-            )
-            .bind(&p.session.0)
-            .bind(group)
-            .bind(&p.agent.0)
-            .bind(p.slots.to_string())
-            .bind(now.0)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                return Err(StoreError::conflict("session", &p.session));
+            by_target
+                .entry((p.agent.0.as_str(), p.slots.to_string()))
+                .or_default()
+                .push(p.session.0.as_str());
+        }
+        for ((agent, slots), ids) in &by_target {
+            for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+                let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 5)).collect();
+                let sql = format!(
+                    "UPDATE sessions SET state = 'scheduled', agent = $1, allocation = $2, \
+                     wait_reason = NULL, updated_at = $3 \
+                     WHERE group_name = $4 AND state = 'pending' AND id IN ({})",
+                    list.join(", ")
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(*agent)
+                    .bind(slots.as_str())
+                    .bind(now.0)
+                    .bind(group);
+                for id in chunk {
+                    q = q.bind(*id);
+                }
+                let done = q.execute(&mut *tx).await?;
+                if done.rows_affected() != chunk.len() as u64 {
+                    return Err(StoreError::conflict("session", chunk[0]));
+                }
             }
+        }
+        let mut history = Vec::with_capacity(decisions.placements.len());
+        let mut events = Vec::with_capacity(decisions.placements.len());
+        for p in &decisions.placements {
             let message = format!("placed on agent {} ({})", p.agent, p.slots);
-            insert_history(
-                &mut tx,
-                &p.session.0,
+            history.push((
+                p.session.0.as_str(),
                 now,
                 SessionState::Scheduled,
-                &message,
-            )
-            .await?;
-            let e = event("placed", Some(&p.session.0), Some(&p.agent.0), message);
-            insert_event(&mut tx, &e).await?;
-            applied.placed += 1;
-            applied.events += 1;
+                message.clone(),
+            ));
+            events.push(event(
+                "placed",
+                Some(&p.session.0),
+                Some(&p.agent.0),
+                message,
+            ));
         }
+        insert_history_many(&mut tx, &history).await?;
+        insert_events_many(&mut tx, &events).await?;
+        applied.placed += decisions.placements.len();
+        applied.events += events.len();
+        // Waiting sessions, grouped by what changes, one UPDATE per group of ids. Blocked
+        // passes only count where backfill reads them, and never past `skip_after`.
+        let scheduler = &snapshot.group.scheduler;
+        let counts_passes = scheduler.head_of_line == HeadOfLine::Backfill;
+        let mut by_change: BTreeMap<(String, u32, u32), Vec<&str>> = BTreeMap::new();
         for w in &decisions.waiting {
             let Some(session) = pending.get(w.session.0.as_str()) else {
                 continue; // Not pending in the snapshot: nothing of it to update.
             };
             let blocked = !matches!(w.reason, WaitReason::HeldBehind { .. });
-            let passes = session.blocked_passes.saturating_add(u32::from(blocked));
-            let done = sqlx::query(
-                "UPDATE sessions SET wait_reason = $3, blocked_passes = $4 \
-                 WHERE id = $1 AND group_name = $2 AND state = 'pending' AND blocked_passes = $5",
-            )
-            .bind(&w.session.0)
-            .bind(group)
-            .bind(w.reason.to_string())
-            .bind(count(passes))
-            .bind(count(session.blocked_passes))
-            .execute(&mut *tx)
-            .await?;
-            applied.waiting += usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
+            let before = session.blocked_passes;
+            let passes = if counts_passes && blocked && before < scheduler.skip_after {
+                before + 1
+            } else {
+                before
+            };
+            by_change
+                .entry((w.reason.to_string(), passes, before))
+                .or_default()
+                .push(w.session.0.as_str());
+        }
+        for ((reason, passes, before), ids) in &by_change {
+            for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+                let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 5)).collect();
+                let sql = format!(
+                    "UPDATE sessions SET wait_reason = $1, blocked_passes = $2 \
+                     WHERE group_name = $3 AND state = 'pending' AND blocked_passes = $4 \
+                     AND id IN ({})",
+                    list.join(", ")
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(reason.as_str())
+                    .bind(count(*passes))
+                    .bind(group)
+                    .bind(count(*before));
+                for id in chunk {
+                    q = q.bind(*id);
+                }
+                let done = q.execute(&mut *tx).await?;
+                applied.waiting += usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
+            }
         }
 
         tx.commit().await?;

@@ -102,6 +102,28 @@ pub(crate) async fn insert_event(tx: &mut Tx, event: &NewEvent) -> Result<i64> {
     .await?)
 }
 
+/// Many events, a few statements.
+pub(crate) async fn insert_events_many(tx: &mut Tx, events: &[NewEvent]) -> Result<()> {
+    for chunk in events.chunks(crate::sessions::ROWS_PER_STATEMENT) {
+        let sql = format!(
+            "INSERT INTO events (at, group_name, session, agent, kind, message) VALUES {}",
+            crate::sessions::value_rows(chunk.len(), 6, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for e in chunk {
+            q = q
+                .bind(e.at.0)
+                .bind(e.group.as_deref())
+                .bind(e.session.as_deref())
+                .bind(e.agent.as_deref())
+                .bind(e.kind.as_str())
+                .bind(e.message.as_str());
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Records an event; returns its id.
     pub async fn record_event(&self, event: &NewEvent) -> Result<i64> {

@@ -122,6 +122,45 @@ pub(crate) async fn insert_history(
     Ok(())
 }
 
+/// Rows per multi-row statement: far below both databases' limits on bound parameters.
+pub(crate) const ROWS_PER_STATEMENT: usize = 500;
+
+/// `($1, $2, ...), ($k, ...)`: placeholders of `rows` rows of `width` values, from `$first`.
+pub(crate) fn value_rows(rows: usize, width: usize, first: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let cells: Vec<String> = (0..width)
+                .map(|c| format!("${}", first + r * width + c))
+                .collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Many history rows, a few statements.
+pub(crate) async fn insert_history_many(
+    tx: &mut Tx,
+    rows: &[(&str, Timestamp, SessionState, String)],
+) -> Result<()> {
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let sql = format!(
+            "INSERT INTO session_history (session, at, state, reason) VALUES {}",
+            value_rows(chunk.len(), 4, 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (session, at, state, reason) in chunk {
+            q = q
+                .bind(*session)
+                .bind(at.0)
+                .bind(name_of(state))
+                .bind(reason.as_str());
+        }
+        q.execute(&mut **tx).await?;
+    }
+    Ok(())
+}
+
 async fn load_history(tx: &mut Tx, session: &str) -> Result<Vec<HistoryEntry>> {
     sqlx::query("SELECT id, at, state, reason FROM session_history WHERE session = $1 ORDER BY id")
         .bind(session)

@@ -412,13 +412,28 @@ on_both!(snapshot_reads_what_the_cycle_needs, |db| {
         .collect();
     assert_eq!(
         session_states,
+        [("s1", SessionState::Pending)],
+        "pending, this group only (FIFO needs no sessions holding capacity)"
+    );
+    // Fair share counts what each owner holds: under DRF the snapshot has those sessions too.
+    let mut drf = snap.group.clone();
+    drf.scheduler.sequencer = Sequencer::Drf;
+    s.update_group(&drf, t(98)).await.unwrap();
+    let snap_drf = s.snapshot("g", t(99)).await.unwrap();
+    let session_states: Vec<(&str, SessionState)> = snap_drf
+        .sessions
+        .iter()
+        .map(|x| (x.id.0.as_str(), x.state))
+        .collect();
+    assert_eq!(
+        session_states,
         [
             ("s1", SessionState::Pending),
             ("s2", SessionState::Scheduled)
         ],
         "pending and holding capacity, this group only"
     );
-    assert_eq!(snap.sessions[1].agent, Some(AgentId("a1".into())));
+    assert_eq!(snap_drf.sessions[1].agent, Some(AgentId("a1".into())));
     assert_eq!(snap.agents[0].allocated, slots("cpu=1"));
     assert_eq!(snap.images.len(), 1);
     assert_eq!(
@@ -458,6 +473,10 @@ on_both!(apply_writes_every_decision, |db| {
         ],
     )
     .await;
+    // Backfill that lets a blocked session hold the queue for 3 passes: blocked passes count.
+    let mut g = group("g");
+    g.scheduler.skip_after = 3;
+    s.update_group(&g, t(1)).await.unwrap();
     let snap = s.snapshot("g", t(100)).await.unwrap();
     let decisions = Decisions {
         rejections: vec![Rejection {
