@@ -67,9 +67,14 @@ struct AgentChange<'a> {
     restart_idle: bool,
 }
 
+/// Most pending sessions one pass reads: bounds a pass's time (the core places 100,000 in well
+/// under a second) however long the queue grows.
+pub const MAX_PENDING_PER_PASS: usize = 20_000;
+
 impl Store {
     /// One consistent read of everything a pass needs about `group`: the group, its agents that
-    /// are not terminated, its pending sessions (and, under DRF, those scheduled or running), all
+    /// are not terminated, its pending sessions (the first `MAX_PENDING_PER_PASS` in the
+    /// sequencer's order; under DRF also those scheduled or running), all
     /// images, its launches in flight, and when it last launched. `NotFound` if there is no such
     /// group.
     pub async fn snapshot(&self, group: &str, now: Timestamp) -> Result<Snapshot> {
@@ -95,30 +100,41 @@ impl Store {
         .iter()
         .map(agent_from_row)
         .collect::<Result<Vec<_>>>()?;
+        // The pending queue, at most MAX_PENDING_PER_PASS of it, those the sequencer serves
+        // first: a pass's work stays bounded however long the queue grows.
+        let order = match scaling_group.scheduler.sequencer {
+            Sequencer::Lifo => "submitted_at DESC, id",
+            Sequencer::Priority => "priority DESC, submitted_at, id",
+            Sequencer::Fifo | Sequencer::Drf => "submitted_at, id",
+        };
+        let sql = format!(
+            "SELECT {} FROM sessions WHERE group_name = $1 AND state = 'pending' \
+             ORDER BY {order} LIMIT {MAX_PENDING_PER_PASS}",
+            core_session_columns!()
+        );
+        let mut sessions = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(group)
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(session_from_row)
+            .collect::<Result<Vec<Session>>>()?;
         // Sessions holding capacity only matter to fair share (DRF); agents' allocations already
-        // say what is taken. Skipping them keeps a pass's read to the pending queue.
-        let holding_too = scaling_group.scheduler.sequencer == Sequencer::Drf;
-        let sessions = sqlx::query(if holding_too {
-            concat!(
+        // say what is taken.
+        if scaling_group.scheduler.sequencer == Sequencer::Drf {
+            let holding = sqlx::query(concat!(
                 "SELECT ",
                 core_session_columns!(),
                 " FROM sessions WHERE group_name = $1 \
-                 AND state IN ('pending', 'scheduled', 'running') ORDER BY submitted_at, id"
-            )
-        } else {
-            concat!(
-                "SELECT ",
-                core_session_columns!(),
-                " FROM sessions WHERE group_name = $1 \
-                 AND state = 'pending' ORDER BY submitted_at, id"
-            )
-        })
-        .bind(group)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(session_from_row)
-        .collect::<Result<Vec<Session>>>()?;
+                 AND state IN ('scheduled', 'running') ORDER BY submitted_at, id"
+            ))
+            .bind(group)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in &holding {
+                sessions.push(session_from_row(row)?);
+            }
+        }
         let images = sqlx::query("SELECT name, min_slots FROM images ORDER BY name")
             .fetch_all(&mut *tx)
             .await?

@@ -26,7 +26,7 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, SqlSafeStr, Transaction};
 
-pub use cycle::{Applied, InFlightRecord};
+pub use cycle::{Applied, InFlightRecord, MAX_PENDING_PER_PASS};
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
 pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
