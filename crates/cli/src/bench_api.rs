@@ -85,6 +85,9 @@ async fn case(
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse()?,
         database_url,
+        // The agents registered by hand accept placements but run no daemon, so they never
+        // heartbeat: keep them alive for the run.
+        lost_after: Duration::from_secs(3600),
         // The manager's own defaults for how often passes run: what operators get.
         ..Default::default()
     };

@@ -9,6 +9,7 @@ pub(crate) use group::{print_plan, Plan};
 mod http;
 mod image;
 mod render;
+mod run;
 mod session;
 mod token;
 
@@ -26,11 +27,12 @@ pub struct Conn {
     #[arg(
         long,
         global = true,
+        visible_alias = "manager",
         help_heading = "Connection",
         env = "CORRAL_SERVER",
         value_name = "URL"
     )]
-    server: Option<String>,
+    pub server: Option<String>,
     /// API token [default: `token` in the config file ($CORRAL_CONFIG or ~/.config/corral/config.toml)].
     #[arg(
         long,
@@ -40,7 +42,7 @@ pub struct Conn {
         hide_env_values = true,
         value_name = "TOKEN"
     )]
-    token: Option<String>,
+    pub token: Option<String>,
 }
 
 impl Conn {
@@ -83,12 +85,16 @@ pub enum Command {
         #[command(subcommand)]
         command: session::Command,
     },
-    /// Agents: list, register by hand, drain and unmark.
+    /// Agents: list, register by hand, drain and unmark; without a subcommand, run this host's
+    /// agent daemon (`corral agent --manager URL --group G`).
+    #[command(args_conflicts_with_subcommands = true)]
     Agent {
         #[command(flatten)]
         conn: Conn,
         #[command(subcommand)]
-        command: agent::Command,
+        command: Option<agent::Command>,
+        #[command(flatten)]
+        daemon: crate::daemons::AgentArgs,
     },
     /// What happened, newest first: placements, launches, marks, state changes.
     Events {
@@ -117,7 +123,14 @@ pub fn run(command: Command) -> Result<()> {
             Command::Group { conn, command } => group::run(&conn.api()?, command).await,
             Command::Image { conn, command } => image::run(&conn.api()?, command).await,
             Command::Session { conn, command } => session::run(&conn.api()?, command).await,
-            Command::Agent { conn, command } => agent::run(&conn.api()?, command).await,
+            Command::Agent {
+                conn,
+                command: Some(command),
+                ..
+            } => agent::run(&conn.api()?, command).await,
+            Command::Agent { command: None, .. } => {
+                bail!("the agent daemon is started by main, not by the client")
+            }
             Command::Events { conn, args } => events::run(&conn.api()?, args).await,
             Command::Token { conn, command } => token::run(&conn.api()?, command).await,
         }

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_api;
 mod client;
+mod daemons;
 mod table;
 
 use std::io::Read;
@@ -34,6 +35,7 @@ enum Output {
 }
 
 #[derive(Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per run: size does not matter
 enum Command {
     /// Dry-run one pass of the cycle on a planning problem and print its decisions.
     Plan {
@@ -56,6 +58,13 @@ enum Command {
         /// Seconds between passes of a group when nothing happens.
         #[arg(long, default_value_t = 5.0)]
         tick_secs: f64,
+        /// Seconds between an idle agent's syncs (its heartbeat).
+        #[arg(long, default_value_t = 5)]
+        heartbeat_secs: u64,
+        /// Seconds of silence after which an agent is lost and its sessions follow the group's
+        /// on_agent_lost policy.
+        #[arg(long, default_value_t = 30)]
+        lost_after_secs: u64,
     },
     /// Run a benchmark and print one `name value unit` line per case.
     Bench {
@@ -64,6 +73,10 @@ enum Command {
     },
     #[command(flatten)]
     Client(client::Command),
+    /// Run a manager on embedded SQLite and a local agent together (one machine, group "dev"),
+    /// and write the client configuration, so that `corral session run -- echo hello` works
+    /// from another terminal without flags.
+    Dev(daemons::DevArgs),
 }
 
 fn main() -> ExitCode {
@@ -115,7 +128,12 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             database_url,
             tick_secs,
+            heartbeat_secs,
+            lost_after_secs,
         } => {
+            if lost_after_secs <= heartbeat_secs {
+                anyhow::bail!("--lost-after-secs ({lost_after_secs}) must be longer than --heartbeat-secs ({heartbeat_secs})");
+            }
             init_logs();
             let tick = std::time::Duration::try_from_secs_f64(tick_secs)
                 .context("--tick-secs: not a duration")?;
@@ -124,6 +142,8 @@ fn run(cli: Cli) -> Result<()> {
                 listen,
                 database_url,
                 tick,
+                heartbeat: std::time::Duration::from_secs(heartbeat_secs.max(1)),
+                lost_after: std::time::Duration::from_secs(lost_after_secs),
                 ..Default::default()
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -136,12 +156,21 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Bench { target } => bench::run(target),
+        Command::Client(client::Command::Agent {
+            conn,
+            command: None,
+            daemon,
+        }) => {
+            let resolved = client::config::resolve(conn.server.as_deref(), conn.token.as_deref())?;
+            daemons::run_agent(daemon, resolved.server, resolved.token)
+        }
         Command::Client(command) => client::run(command),
+        Command::Dev(args) => daemons::run_dev(args),
     }
 }
 
 /// Logs to standard error, filtered by RUST_LOG (default: info).
-fn init_logs() {
+pub(crate) fn init_logs() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt()

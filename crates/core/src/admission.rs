@@ -25,6 +25,27 @@ pub fn candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
     agents.chain(templates)
 }
 
+/// What sessions already in the queue are held against: every agent that may take sessions
+/// again (alive, marked, or lost and perhaps coming back) and the launchable templates. A
+/// queued session is not rejected because its group's only agent is briefly lost or drained;
+/// it waits for capacity to return.
+pub fn standing_candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
+    let policy = &snapshot.group.policy;
+    let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
+    let agents = snapshot
+        .agents
+        .iter()
+        .filter(|a| a.state != AgentState::Terminated)
+        .map(|a| &a.capacity);
+    let templates = snapshot
+        .group
+        .templates
+        .iter()
+        .filter(move |t| launchable && t.max > 0)
+        .map(|t| &t.slots);
+    agents.chain(templates)
+}
+
 /// Checks one request against a snapshot (the synchronous check at submit).
 pub fn admit(snapshot: &Snapshot, required: &Slots) -> Result<(), Infeasible> {
     let index = SlotIndex::of(candidates(snapshot).chain([required]));

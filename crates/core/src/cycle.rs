@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::admission::{candidates, Admission};
+use crate::admission::{standing_candidates, Admission};
 use crate::decisions::{
     AgentDecision, Decisions, Launch, NoLaunch, Placement, Rejection, WaitReason, Waiting,
 };
@@ -54,7 +54,7 @@ pub fn cycle(s: &Snapshot) -> Decisions {
         .collect();
 
     // 1. Admit, once per class.
-    let admission = Admission::new(&index, candidates(s).map(|c| index.vector(c)));
+    let admission = Admission::new(&index, standing_candidates(s).map(|c| index.vector(c)));
     let verdicts: Vec<_> = class_needs
         .iter()
         .map(|n| admission.check(&index, n))

@@ -9,6 +9,7 @@ pub mod model;
 pub mod plan;
 pub mod planner;
 pub mod policy;
+pub mod protocol;
 pub mod schedule;
 pub mod slots;
 pub mod snapshot;

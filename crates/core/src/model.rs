@@ -81,6 +81,19 @@ pub struct ScalingPolicy {
     pub cooldown_secs: u64,
     /// Cap on instances launched in one pass.
     pub max_launches_per_pass: u32,
+    /// What becomes of the sessions of an agent that misses its heartbeats.
+    pub on_agent_lost: OnAgentLost,
+}
+
+/// What becomes of the sessions of a lost agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAgentLost {
+    /// Back to the queue, to run again elsewhere.
+    #[default]
+    Requeue,
+    /// Failed, with the reason.
+    Fail,
 }
 
 impl Default for ScalingPolicy {
@@ -93,6 +106,7 @@ impl Default for ScalingPolicy {
             idle_wait_secs: 600,
             cooldown_secs: 60,
             max_launches_per_pass: 1000,
+            on_agent_lost: OnAgentLost::Requeue,
         }
     }
 }

@@ -51,6 +51,7 @@ pub struct GroupSpec {
     pub idle_wait_secs: Option<u64>,
     pub cooldown_secs: Option<u64>,
     pub max_launches_per_pass: Option<u32>,
+    pub on_agent_lost: Option<OnAgentLost>,
 }
 
 /// A problem that cannot be planned, naming what is wrong.
@@ -126,6 +127,7 @@ impl Problem {
                 idle_wait_secs: g.idle_wait_secs.unwrap_or(d.idle_wait_secs),
                 cooldown_secs: g.cooldown_secs.unwrap_or(d.cooldown_secs),
                 max_launches_per_pass: g.max_launches_per_pass.unwrap_or(d.max_launches_per_pass),
+                on_agent_lost: g.on_agent_lost.unwrap_or(d.on_agent_lost),
             },
             scheduler: SchedulerConfig {
                 sequencer: g.scheduler.unwrap_or_default(),

@@ -351,3 +351,21 @@ fn drf_serves_the_owner_holding_least_first() {
         "bob holds nothing, so both his sessions go before alice's second"
     );
 }
+
+#[test]
+fn a_queued_session_waits_while_its_only_agent_is_lost() {
+    let s = snapshot(json!({
+        "templates": templates(),
+        "agents": [agent("a1", "g1", G1, "", "lost")],
+        "sessions": [session("s1", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert!(
+        d.rejections.is_empty(),
+        "the agent may come back: {:?}",
+        d.rejections
+    );
+    assert_eq!(waiting(&d).len(), 1);
+    // A new request is still refused at submit against the agents that are alive now.
+    assert!(corral_core::admission::admit(&s, &"gpu=1".parse().unwrap()).is_err());
+}

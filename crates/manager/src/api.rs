@@ -63,6 +63,7 @@ pub fn router(app: App) -> Router {
         .route("/api/v1/agents/{id}/drain", post(drain))
         .route("/api/v1/agents/{id}/unmark", post(unmark))
         .route("/api/v1/events", get(list_events))
+        .merge(crate::agents::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,
@@ -77,7 +78,7 @@ pub fn router(app: App) -> Router {
 // ---------------------------------------------------------------- names and ids
 
 /// Names of groups, images and agents: what fits in a URL and a log line unquoted.
-fn check_name(field: &str, name: &str) -> Result<()> {
+pub(crate) fn check_name(field: &str, name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -446,15 +447,15 @@ struct SubmitBody {
 
 /// The submitted fields the cycle does not read, kept with the session.
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct Spec {
+pub(crate) struct Spec {
     #[serde(default)]
-    command: Vec<String>,
+    pub command: Vec<String>,
     #[serde(default)]
-    inputs: Vec<String>,
+    pub inputs: Vec<String>,
     #[serde(default)]
-    outputs: Vec<String>,
+    pub outputs: Vec<String>,
     #[serde(default)]
-    environment: BTreeMap<String, String>,
+    pub environment: BTreeMap<String, String>,
 }
 
 const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
@@ -517,6 +518,7 @@ async fn submit(
     caller: Caller,
     Body(b): Body<SubmitBody>,
 ) -> Result<impl IntoResponse> {
+    caller.require_person()?;
     check_submit(&b)?;
     let view = match app.control.views.get(&b.group) {
         Some(view) => view,
@@ -593,6 +595,7 @@ struct SessionView {
     allocation: Option<Slots>,
     wait_reason: Option<String>,
     end_reason: Option<String>,
+    exit_code: Option<i32>,
     updated_at: Timestamp,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     history: Vec<corral_store::HistoryEntry>,
@@ -606,6 +609,7 @@ impl From<SessionRecord> for SessionView {
             allocation: r.allocation,
             wait_reason: r.wait_reason,
             end_reason: r.end_reason,
+            exit_code: r.exit_code,
             updated_at: r.updated_at,
             history: r.history,
         }
@@ -638,6 +642,7 @@ async fn list_sessions(
         state: q.state,
         limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
         after_id: q.after,
+        agent: None,
     };
     Ok(Json(
         app.store
@@ -650,7 +655,8 @@ async fn list_sessions(
 }
 
 /// A session the caller may see: admins see all, users their own.
-async fn own_session(app: &App, caller: &Caller, id: &str) -> Result<SessionRecord> {
+pub(crate) async fn own_session(app: &App, caller: &Caller, id: &str) -> Result<SessionRecord> {
+    caller.require_person()?;
     let record = app
         .store
         .get_session(id)
@@ -697,6 +703,9 @@ async fn cancel(
         .cancel_session(&id, now(), &format!("cancelled by {}", caller.user))
         .await?;
     app.control.wake(&record.session.group);
+    if let Some(agent) = &record.session.agent {
+        app.control.wake_agent(&agent.0);
+    }
     Ok(Json(record.into()))
 }
 

@@ -24,6 +24,17 @@ impl Caller {
         self.role == Role::Admin
     }
 
+    /// Sessions are submitted and read by people (and scripts), not by agents' credentials.
+    pub fn require_person(&self) -> Result<(), ApiError> {
+        if self.role == Role::Agent {
+            Err(ApiError::forbidden(
+                "an agent's token cannot be used for this",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
     pub fn require_admin(&self) -> Result<(), ApiError> {
         if self.is_admin() {
             Ok(())

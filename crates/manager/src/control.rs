@@ -23,6 +23,8 @@ pub struct Control {
     workers: Mutex<HashMap<String, Arc<Notify>>>,
     /// What admission at submit reads, per group.
     pub views: Views,
+    /// Per agent, woken when something is placed on it (its sync may be waiting).
+    agents: Mutex<HashMap<String, Arc<Notify>>>,
 }
 
 impl Control {
@@ -33,6 +35,7 @@ impl Control {
             min_interval,
             workers: Mutex::default(),
             views: Views::default(),
+            agents: Mutex::default(),
         })
     }
 
@@ -50,6 +53,17 @@ impl Control {
                 tokio::spawn(self.clone().worker(group.to_string(), notify));
             }
         }
+    }
+
+    /// What an agent's waiting sync listens to.
+    pub fn agent_waker(&self, agent: &str) -> Arc<Notify> {
+        let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        agents.entry(agent.to_string()).or_default().clone()
+    }
+
+    /// Something changed for `agent`: answer its waiting sync now.
+    pub fn wake_agent(&self, agent: &str) {
+        self.agent_waker(agent).notify_waiters();
     }
 
     /// The group was deleted: its worker stops at its next pass.
@@ -132,6 +146,16 @@ impl Control {
                             message,
                         };
                         store.record_event(&event).await?;
+                    }
+                    let mut placed_on: Vec<&str> = decisions
+                        .placements
+                        .iter()
+                        .map(|p| p.agent.0.as_str())
+                        .collect();
+                    placed_on.sort_unstable();
+                    placed_on.dedup();
+                    for agent in placed_on {
+                        self.wake_agent(agent);
                     }
                     if !changes_agents {
                         self.views.remember(snapshot, generation);

@@ -1,6 +1,7 @@
 //! Corral's manager: the REST API under `/api/v1`, the per-group control loop, and auth. All
 //! state lives in the store; the manager itself can be killed at any moment.
 
+pub mod agents;
 pub mod api;
 pub mod auth;
 pub mod control;
@@ -31,6 +32,10 @@ pub struct Config {
     pub tick: Duration,
     /// Passes of one group run at most this often: a burst of events costs one pass.
     pub min_pass_interval: Duration,
+    /// How often agents sync when nothing happens (told to them when they join).
+    pub heartbeat: Duration,
+    /// An agent silent this long is lost; its sessions follow its group's `on_agent_lost`.
+    pub lost_after: Duration,
 }
 
 impl Default for Config {
@@ -41,6 +46,8 @@ impl Default for Config {
             database_url: None,
             tick: Duration::from_secs(5),
             min_pass_interval: Duration::from_millis(20),
+            heartbeat: Duration::from_secs(5),
+            lost_after: Duration::from_secs(30),
         }
     }
 }
@@ -73,6 +80,9 @@ pub struct App {
     pub control: Arc<Control>,
     submitter: submit::Submitter,
     tokens: Arc<auth::TokenCache>,
+    data_dir: PathBuf,
+    heartbeat: Duration,
+    lost_after: Duration,
 }
 
 pub fn now() -> Timestamp {
@@ -94,12 +104,17 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         control.wake(&group.name);
     }
     let submitter = submit::Submitter::start(store.clone(), control.clone());
-    Ok(App {
+    let app = App {
         store,
         control,
         submitter,
         tokens: Arc::default(),
-    })
+        data_dir: config.data_dir.clone(),
+        heartbeat: config.heartbeat,
+        lost_after: config.lost_after,
+    };
+    tokio::spawn(agents::watch_liveness(app.clone()));
+    Ok(app)
 }
 
 /// Serves the API until `shutdown` resolves.

@@ -2,10 +2,11 @@
 
 use sqlx::any::AnyRow;
 
-use corral_core::{Agent, AgentId, AgentState, Timestamp};
+use corral_core::{Agent, AgentId, AgentState, SessionState, Timestamp};
 
 use crate::codec::{name_of, to_json, Fields};
 use crate::error::{Result, StoreError};
+use crate::events::NewEvent;
 use crate::Store;
 
 macro_rules! agent_columns {
@@ -150,5 +151,117 @@ impl Store {
             return Err(StoreError::not_found("agent", id));
         }
         Ok(())
+    }
+}
+
+impl Store {
+    /// An agent was heard from: its heartbeat time is now. Returns its state, or `None` if there
+    /// is no such agent.
+    pub async fn touch_agent(&self, id: &str, now: Timestamp) -> Result<Option<AgentState>> {
+        let row = sqlx::query("UPDATE agents SET last_seen = $2 WHERE id = $1 RETURNING state")
+            .bind(id)
+            .bind(now.0)
+            .fetch_optional(&self.write)
+            .await?;
+        row.map(|r| Fields::new(&r, "agent", "state").and_then(|f| f.name("state")))
+            .transpose()
+    }
+
+    /// Agents taking part (alive or marked) that have not been heard from since `before`.
+    pub async fn silent_agents(&self, before: Timestamp) -> Result<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "SELECT id, group_name FROM agents WHERE state IN ('alive', 'marked') AND last_seen < $1 \
+             ORDER BY id",
+        )
+        .bind(before.0)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let f = Fields::new(r, "agent", "id")?;
+                Ok((f.text("id")?, f.text("group_name")?))
+            })
+            .collect()
+    }
+
+    /// The agent missed its heartbeats: marks it lost and, in the same transaction, puts the
+    /// sessions it held back in the queue (`requeue`) or fails them, freeing what they held.
+    /// Returns the sessions it held; empty if it was not alive or marked.
+    pub async fn lose_agent(&self, id: &str, requeue: bool, now: Timestamp) -> Result<Vec<String>> {
+        let mut tx = self.write_tx().await?;
+        let row = sqlx::query(
+            "UPDATE agents SET state = 'lost', allocated = '', idle_since = $2 \
+             WHERE id = $1 AND state IN ('alive', 'marked') RETURNING group_name",
+        )
+        .bind(id)
+        .bind(now.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(Vec::new());
+        };
+        let group = Fields::new(&row, "agent", "group_name")?.text("group_name")?;
+        let held: Vec<String> = sqlx::query(
+            "SELECT id FROM sessions WHERE agent = $1 AND state IN ('scheduled', 'running') ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| Fields::new(r, "session", "id").and_then(|f| f.text("id")))
+        .collect::<Result<_>>()?;
+        let (state, reason) = if requeue {
+            (
+                SessionState::Pending,
+                format!("requeued: agent {id} was lost"),
+            )
+        } else {
+            (SessionState::Failed, format!("agent {id} was lost"))
+        };
+        let sql = if requeue {
+            "UPDATE sessions SET state = 'pending', agent = NULL, allocation = NULL, \
+             wait_reason = NULL, blocked_passes = 0, updated_at = $2 \
+             WHERE agent = $1 AND state IN ('scheduled', 'running')"
+        } else {
+            "UPDATE sessions SET state = 'failed', end_reason = $3, updated_at = $2 \
+             WHERE agent = $1 AND state IN ('scheduled', 'running')"
+        };
+        sqlx::query(sql)
+            .bind(id)
+            .bind(now.0)
+            .bind(&reason)
+            .execute(&mut *tx)
+            .await?;
+        let history: Vec<_> = held
+            .iter()
+            .map(|s| (s.as_str(), now, state, reason.clone()))
+            .collect();
+        crate::sessions::insert_history_many(&mut tx, &history).await?;
+        let mut events: Vec<NewEvent> = held
+            .iter()
+            .map(|s| NewEvent {
+                at: now,
+                group: Some(group.clone()),
+                session: Some(s.clone()),
+                agent: Some(id.to_string()),
+                kind: if requeue { "requeued" } else { "failed" }.into(),
+                message: reason.clone(),
+            })
+            .collect();
+        events.push(NewEvent {
+            at: now,
+            group: Some(group),
+            session: None,
+            agent: Some(id.to_string()),
+            kind: "lost".into(),
+            message: format!(
+                "agent {id} missed its heartbeats; {} session(s) {}",
+                held.len(),
+                if requeue { "requeued" } else { "failed" }
+            ),
+        });
+        crate::events::insert_events_many(&mut tx, &events).await?;
+        tx.commit().await?;
+        Ok(held)
     }
 }

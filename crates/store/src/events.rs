@@ -50,6 +50,8 @@ pub struct EventFilter {
 pub enum Role {
     Admin,
     User,
+    /// An agent daemon: its token acts for the agent named by the token's user.
+    Agent,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -34,12 +34,20 @@ pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
 /// The migrations, embedded in the binary: (version, description, SQLite SQL, PostgreSQL SQL).
 /// Listed by hand rather than with `sqlx::migrate!`, whose proc-macro would build the bundled
 /// SQLite a second time; a test checks that every file in `migrations/` is listed here.
-const MIGRATIONS: &[(i64, &str, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../migrations/sqlite/0001_init.sql"),
-    include_str!("../migrations/postgres/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../migrations/sqlite/0001_init.sql"),
+        include_str!("../migrations/postgres/0001_init.sql"),
+    ),
+    (
+        2,
+        "exit_code",
+        include_str!("../migrations/sqlite/0002_exit_code.sql"),
+        include_str!("../migrations/postgres/0002_exit_code.sql"),
+    ),
+];
 
 /// How long a SQLite connection waits for another process's write lock before failing.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;

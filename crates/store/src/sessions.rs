@@ -24,7 +24,7 @@ macro_rules! session_columns {
     () => {
         concat!(
             core_session_columns!(),
-            ", allocation, updated_at, wait_reason, end_reason, spec"
+            ", allocation, updated_at, wait_reason, end_reason, spec, exit_code"
         )
     };
 }
@@ -41,6 +41,8 @@ pub struct SessionRecord {
     pub wait_reason: Option<String>,
     /// Why it ended (rejected, cancelled, failed...).
     pub end_reason: Option<String>,
+    /// The exit code its command ended with, once it ran.
+    pub exit_code: Option<i32>,
     /// When its state last changed.
     pub updated_at: Timestamp,
     /// Its state changes, oldest first; filled by `get_session`, empty in lists.
@@ -61,6 +63,8 @@ pub struct SessionFilter {
     pub group: Option<String>,
     pub owner: Option<String>,
     pub state: Option<SessionState>,
+    /// Sessions placed on this agent.
+    pub agent: Option<String>,
     /// At most this many; `None`: all.
     pub limit: Option<u32>,
     pub after_id: Option<String>,
@@ -91,6 +95,10 @@ fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
         allocation: f.opt_slots("allocation")?,
         wait_reason: f.opt_text("wait_reason")?,
         end_reason: f.opt_text("end_reason")?,
+        exit_code: f
+            .opt_int("exit_code")?
+            .map(|c| i32::try_from(c).map_err(|_| StoreError::Corrupt(format!("exit code {c}"))))
+            .transpose()?,
         updated_at: f.time("updated_at")?,
         history: Vec::new(),
     })
@@ -260,6 +268,9 @@ impl Store {
         if let Some(state) = &filter.state {
             w.and("state = ?", [Arg::Text(name_of(state))]);
         }
+        if let Some(agent) = &filter.agent {
+            w.and("agent = ?", [Arg::Text(agent.clone())]);
+        }
         if let Some(after) = &filter.after_id {
             let at: Option<i64> =
                 sqlx::query_scalar("SELECT submitted_at FROM sessions WHERE id = $1")
@@ -310,6 +321,18 @@ impl Store {
         now: Timestamp,
         reason: &str,
     ) -> Result<SessionRecord> {
+        self.finish_session(id, state, None, now, reason).await
+    }
+
+    /// Ends a session as `end_session` does, recording the exit code its command ended with.
+    pub async fn finish_session(
+        &self,
+        id: &str,
+        state: SessionState,
+        exit_code: Option<i32>,
+        now: Timestamp,
+        reason: &str,
+    ) -> Result<SessionRecord> {
         if !is_end(state) {
             return Err(StoreError::Refused(format!(
                 "{} is not a state a session ends in",
@@ -325,13 +348,14 @@ impl Store {
             return Err(StoreError::conflict("session", id));
         }
         sqlx::query(
-            "UPDATE sessions SET state = $2, end_reason = $3, wait_reason = NULL, updated_at = $4 \
-             WHERE id = $1",
+            "UPDATE sessions SET state = $2, end_reason = $3, wait_reason = NULL, updated_at = $4, \
+             exit_code = $5 WHERE id = $1",
         )
         .bind(id)
         .bind(name_of(&state))
         .bind(reason)
         .bind(now.0)
+        .bind(exit_code.map(i64::from))
         .execute(&mut *tx)
         .await?;
         insert_history(&mut tx, id, now, state, reason).await?;

@@ -20,6 +20,9 @@ pub struct ClientConfig {
     pub server: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The group `corral session run` submits to when `--group` is not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 /// The config file: `$CORRAL_CONFIG`, else `$XDG_CONFIG_HOME/corral/config.toml`, else
@@ -151,6 +154,7 @@ mod tests {
         let c = ClientConfig {
             server: Some(DEFAULT_SERVER.into()),
             token: Some("corral_x".into()),
+            group: Some("dev".into()),
         };
         assert_eq!(
             parse_client_config(&toml::to_string(&c).unwrap()).unwrap(),

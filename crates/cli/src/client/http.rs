@@ -74,6 +74,30 @@ impl Api {
         self.send(Method::DELETE, self.url(path, &[]), None).await
     }
 
+    /// An answer that is bytes, not JSON (logs, output files).
+    pub async fn get_bytes(
+        &self,
+        path: &[&str],
+        query: &[(&str, Option<String>)],
+    ) -> Result<Vec<u8>> {
+        let response = self
+            .client
+            .get(self.url(path, query))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        if !status.is_success() {
+            return Err(self.api_error(status, &String::from_utf8_lossy(&bytes)));
+        }
+        Ok(bytes.to_vec())
+    }
+
     async fn send(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Reply> {
         let mut request = self.client.request(method, url).bearer_auth(&self.token);
         if let Some(body) = body {

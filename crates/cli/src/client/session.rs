@@ -78,6 +78,49 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// Submit a session, wait for it (saying on a terminal what it waits for), print its
+    /// output as it comes, and exit with its exit code.
+    Run {
+        /// The scaling group to run in [default: `group` in the config file, else dev].
+        #[arg(long, value_name = "G")]
+        group: Option<String>,
+        /// Container image to run in; its minimum slots apply.
+        #[arg(long, value_name = "IMG")]
+        image: Option<String>,
+        /// The slots the session needs.
+        #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
+        request: String,
+        /// An environment variable of the session; repeat for more.
+        #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
+        env: Vec<(String, String)>,
+        /// A path in the session's directory kept after it ends; repeat for more.
+        #[arg(long = "output", value_name = "PATH")]
+        outputs: Vec<String>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, value_name = "COMMAND", required = true)]
+        command: Vec<String>,
+    },
+    /// Print a session's output (stdout, or stderr with --stderr).
+    Logs {
+        /// The session's id.
+        id: String,
+        /// Keep printing as the session writes, until it ends.
+        #[arg(long, short)]
+        follow: bool,
+        /// The error stream instead of the output.
+        #[arg(long)]
+        stderr: bool,
+    },
+    /// Download a session's outputs into a directory (or list them with -o json).
+    Outputs {
+        /// The session's id.
+        id: String,
+        /// Where to put them.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: std::path::PathBuf,
+        #[command(flatten)]
+        out: Out,
+    },
     /// Cancel a session.
     Cancel {
         /// The session's id, as `session submit` printed it.
@@ -106,6 +149,32 @@ pub enum SessionState {
 
 pub async fn run(api: &Api, command: Command) -> Result<()> {
     match command {
+        Command::Run {
+            group,
+            image,
+            request,
+            env,
+            outputs,
+            command,
+        } => {
+            let group = match group {
+                Some(g) => g,
+                None => super::config::load_client_config()?
+                    .group
+                    .unwrap_or_else(|| "dev".into()),
+            };
+            let environment: BTreeMap<String, String> = env.into_iter().collect();
+            let mut body = json!({"group": group, "type": "batch", "request": request, "command": command, "environment": environment, "outputs": outputs});
+            if let Some(image) = image {
+                body["image"] = image.into();
+            }
+            let code = super::run::run_session(api, body).await?;
+            std::process::exit(code);
+        }
+        Command::Logs { id, follow, stderr } => super::run::logs(api, &id, stderr, follow).await?,
+        Command::Outputs { id, dir, out } => {
+            super::run::outputs(api, &id, &dir, matches!(out.output, Output::Json)).await?
+        }
         Command::Submit {
             group,
             kind,

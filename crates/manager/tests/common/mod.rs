@@ -33,6 +33,7 @@ impl Manager {
             database_url,
             tick: Duration::from_millis(200),
             min_pass_interval: Duration::from_millis(5),
+            ..Config::default()
         };
         Self::start_with(config, dir).await
     }

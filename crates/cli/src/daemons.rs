@@ -1,0 +1,231 @@
+//! The long-running commands besides `server`: `corral agent` (without a subcommand) runs the
+//! agent daemon, and `corral dev` runs a manager and an agent together for one machine.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use corral_core::Slots;
+use corral_runtime::Runtime;
+
+use crate::client::config::{client_config_path, ClientConfig};
+
+#[derive(Clone, Copy, Default, ValueEnum)]
+pub enum RuntimeKind {
+    /// Sessions are processes of this host.
+    #[default]
+    Process,
+    /// Sessions are Docker containers (images must be present: nothing is pulled).
+    Docker,
+}
+
+/// `corral agent --manager URL --group G`: run this host's agent.
+#[derive(Args)]
+pub struct AgentArgs {
+    /// The scaling group to join (env CORRAL_AGENT_GROUP).
+    #[arg(long, env = "CORRAL_AGENT_GROUP", value_name = "G")]
+    pub group: Option<String>,
+    /// This agent's id [default: the host name].
+    #[arg(long, env = "CORRAL_AGENT_ID", value_name = "ID")]
+    pub id: Option<String>,
+    /// What it offers [default: detected CPUs, memory and GPUs (nvidia-smi)].
+    #[arg(long, env = "CORRAL_AGENT_CAPACITY", value_name = "SLOTS")]
+    pub capacity: Option<String>,
+    /// A label of the agent; repeat for more.
+    #[arg(long = "label", value_name = "K=V")]
+    pub labels: Vec<String>,
+    /// Where sessions' working directories, logs and outputs live.
+    #[arg(
+        long,
+        env = "CORRAL_AGENT_WORK_DIR",
+        value_name = "DIR",
+        default_value = "corral-agent"
+    )]
+    pub work_dir: PathBuf,
+    /// How sessions run.
+    #[arg(long, value_enum, default_value_t)]
+    pub runtime: RuntimeKind,
+    /// The nvidia-smi to detect GPUs with.
+    #[arg(long, value_name = "PATH", default_value = "nvidia-smi")]
+    pub nvidia_smi: PathBuf,
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "agent".into())
+}
+
+/// The runtime sessions of agent `agent` run in.
+pub async fn runtime_of(kind: RuntimeKind, agent: &str) -> Result<Runtime> {
+    Ok(match kind {
+        RuntimeKind::Process => {
+            Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()))
+        }
+        RuntimeKind::Docker => Runtime::Docker(
+            corral_runtime::DockerRuntime::connect(agent)
+                .await
+                .context("connecting to the Docker daemon")?,
+        ),
+    })
+}
+
+/// Runs the agent daemon until Ctrl-C.
+pub fn run_agent(args: AgentArgs, server: String, token: String) -> Result<()> {
+    let Some(group) = args.group else {
+        bail!("say which group to join: --group G or CORRAL_AGENT_GROUP");
+    };
+    let capacity = args
+        .capacity
+        .as_deref()
+        .map(str::parse::<Slots>)
+        .transpose()
+        .context("--capacity")?;
+    let mut labels = std::collections::BTreeMap::new();
+    for l in &args.labels {
+        let (k, v) = l
+            .split_once('=')
+            .with_context(|| format!("--label {l:?} is not K=V"))?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let config = corral_agent::Config {
+        manager: server,
+        token,
+        id: args.id.unwrap_or_else(host_name),
+        group,
+        capacity,
+        labels,
+        work_root: args.work_dir,
+        nvidia_smi: args.nvidia_smi,
+        stop_grace: Duration::from_secs(10),
+    };
+    crate::init_logs();
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let runtime = runtime_of(args.runtime, &config.id).await?;
+        corral_agent::run(config, runtime, async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(anyhow::Error::from)
+    })
+}
+
+/// `corral dev`: one machine, everything.
+#[derive(Args)]
+pub struct DevArgs {
+    /// Holds the database, the admin token, and the agent's session directories.
+    #[arg(long, default_value = "corral-data")]
+    pub data_dir: PathBuf,
+    /// Address of the REST API.
+    #[arg(long, default_value = "127.0.0.1:8470")]
+    pub listen: std::net::SocketAddr,
+    /// What the local agent offers [default: detected].
+    #[arg(long, value_name = "SLOTS")]
+    pub capacity: Option<String>,
+    /// How sessions run.
+    #[arg(long, value_enum, default_value_t)]
+    pub runtime: RuntimeKind,
+}
+
+/// The group `corral dev` creates and its agent joins.
+pub const DEV_GROUP: &str = "dev";
+
+/// Runs a manager on embedded SQLite and a local agent in group `dev`, and writes the client
+/// configuration so that `corral session run -- CMD` works from another terminal, no flags.
+pub fn run_dev(args: DevArgs) -> Result<()> {
+    crate::init_logs();
+    let capacity = args
+        .capacity
+        .as_deref()
+        .map(str::parse::<Slots>)
+        .transpose()
+        .context("--capacity")?;
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let config = corral_manager::Config {
+            data_dir: args.data_dir.clone(),
+            listen: args.listen,
+            heartbeat: Duration::from_secs(2),
+            lost_after: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let app = corral_manager::start(&config).await?;
+        let listener = tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("listening on {}", config.listen))?;
+        let server = format!("http://{}", listener.local_addr()?);
+        let token = std::fs::read_to_string(config.data_dir.join("admin.token")).context("reading the admin token")?.trim().to_string();
+        if app.store.get_group(DEV_GROUP).await?.is_none() {
+            let group = corral_core::ScalingGroup { name: DEV_GROUP.into(), policy: Default::default(), scheduler: Default::default(), templates: Vec::new() };
+            app.store.create_group(&group, corral_manager::now()).await?;
+        }
+        let store = app.store.clone();
+        let mut serving = tokio::spawn(corral_manager::serve_on(listener, app, std::future::pending()));
+        let agent = corral_agent::Config {
+            manager: server.clone(),
+            token: token.clone(),
+            id: "dev-agent".into(),
+            group: DEV_GROUP.into(),
+            capacity,
+            labels: Default::default(),
+            work_root: args.data_dir.join("agent"),
+            nvidia_smi: "nvidia-smi".into(),
+            stop_grace: Duration::from_secs(10),
+        };
+        let runtime = runtime_of(args.runtime, "dev-agent").await?;
+        let mut agent = tokio::spawn(corral_agent::run(agent, runtime, std::future::pending()));
+        // Say "ready" only once the agent has joined, so the first `session run` finds it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let joined = store.get_agent("dev-agent").await?.is_some_and(|a| a.state == corral_core::AgentState::Alive);
+            if joined {
+                break;
+            }
+            if agent.is_finished() || tokio::time::Instant::now() > deadline {
+                bail!("the local agent did not join within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let path = write_client_config(&server, &token)?;
+        eprintln!("corral dev: manager at {server}, agent \"dev-agent\" in group {DEV_GROUP:?}");
+        eprintln!("client configuration written to {}; from another terminal: corral session run -- echo hello", path.display());
+        tokio::select! {
+            r = &mut agent => r.context("the agent stopped")?.map_err(anyhow::Error::from)?,
+            r = &mut serving => r.context("the manager stopped")??,
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// Writes server, token and default group into the client config file, keeping nothing else.
+fn write_client_config(server: &str, token: &str) -> Result<PathBuf> {
+    let path = client_config_path()
+        .context("no home directory to write the client configuration in; set CORRAL_CONFIG")?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let config = ClientConfig {
+        server: Some(server.into()),
+        token: Some(token.into()),
+        group: Some(DEV_GROUP.into()),
+    };
+    let text = toml::to_string(&config).context("writing the client configuration")?;
+    write_private(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// The file holds a token: readable by its owner only.
+fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(data)
+}

@@ -1,0 +1,567 @@
+//! The process runtime: a session is a process group on this host.
+//!
+//! The session's program runs in its own process group (so a stop reaches its children), in
+//! the work directory, with exactly the spec's environment plus `PATH` and `HOME`, stdin from
+//! `/dev/null` and stdout/stderr into the log files. Limits go through a cgroup v2
+//! `corral-<id>` when the hierarchy is writable, else through `RLIMIT_AS` (memory only; no CPU
+//! limit). When the program ends, whatever it left running in its group or cgroup is killed, as
+//! Docker does when a container's first process ends.
+//!
+//! `pid.json` in the session directory records the pid, its start time (from
+//! `/proc/<pid>/stat`, so a reused pid is not mistaken for the session) and the cgroup, so a
+//! restarted agent finds the session again with [`ProcessRuntime::running`]. The exit status
+//! of such an adopted session cannot be known (only the parent that died could have read it):
+//! `wait` reports it as [`Exit::Failed`].
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::cgroup::{CgroupParent, SessionCgroup};
+use crate::outputs::copy_outputs;
+use crate::procfs;
+use crate::{validate_spec, Exit, RuntimeError, SessionPaths, SessionSpec};
+
+/// `PATH` given to sessions whose environment sets none.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The record of a running session in its directory.
+const PID_FILE: &str = "pid.json";
+
+/// How long the end of a session waits for its leftover processes to die.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
+
+/// How long `stop` waits after SIGKILL.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// How often an adopted session is checked.
+const ADOPTED_POLL: Duration = Duration::from_millis(200);
+
+/// Settings of the process runtime.
+#[derive(Debug, Clone)]
+pub struct ProcessConfig {
+    /// The cgroup v2 directory under which sessions' `corral-<id>` cgroups are made; `None`:
+    /// the agent's own cgroup.
+    pub cgroup_parent: Option<PathBuf>,
+    /// Whether to use cgroup v2 where it is available; `false` always uses rlimits.
+    pub use_cgroups: bool,
+    /// `PATH` given to sessions whose environment sets none.
+    pub path: String,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        ProcessConfig {
+            cgroup_parent: None,
+            use_cgroups: true,
+            path: DEFAULT_PATH.to_string(),
+        }
+    }
+}
+
+/// What `pid.json` holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct ProcessRecord {
+    /// The session's first process, also its process group id.
+    pid: i32,
+    /// Its start time in clock ticks after boot (field 22 of `/proc/<pid>/stat`).
+    start_time: u64,
+    /// Its cgroup, if it has one.
+    cgroup: Option<PathBuf>,
+}
+
+/// A session this runtime knows.
+#[derive(Debug, Clone)]
+struct Tracked {
+    /// `None` if it never started.
+    process: Option<ProcessRecord>,
+    /// `Some` once it ended.
+    exit: watch::Receiver<Option<Exit>>,
+    /// The task that watches it.
+    task: Option<AbortHandle>,
+}
+
+impl Tracked {
+    fn ended(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+}
+
+/// Runs sessions as process groups on this host.
+#[derive(Debug)]
+pub struct ProcessRuntime {
+    config: ProcessConfig,
+    cgroups: Option<CgroupParent>,
+    sessions: Mutex<HashMap<String, Tracked>>,
+}
+
+impl ProcessRuntime {
+    pub fn new(config: ProcessConfig) -> Self {
+        let cgroups = if config.use_cgroups {
+            CgroupParent::detect(config.cgroup_parent.as_deref())
+        } else {
+            None
+        };
+        match &cgroups {
+            Some(parent) => {
+                tracing::info!(parent = %parent.path().display(), "process runtime: limits through cgroup v2")
+            }
+            None => tracing::info!(
+                "process runtime: no writable cgroup v2; memory limits through RLIMIT_AS, no CPU limits"
+            ),
+        }
+        ProcessRuntime {
+            config,
+            cgroups,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The cgroup v2 directory sessions' cgroups are made in, if limits go through cgroups.
+    pub fn cgroup_parent(&self) -> Option<&Path> {
+        self.cgroups.as_ref().map(|c| c.path())
+    }
+
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
+        // A panic while holding the lock leaves the map consistent: every update is one insert.
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tracked(&self, id: &str) -> Result<Tracked, RuntimeError> {
+        self.sessions()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| RuntimeError::UnknownSession(id.to_string()))
+    }
+
+    /// See [`crate::Runtime::start`].
+    pub async fn start(&self, spec: &SessionSpec, work_root: &Path) -> Result<(), RuntimeError> {
+        validate_spec(spec)?;
+        let id = spec.id.as_str();
+        let Some(program) = spec.command.first() else {
+            return Err(RuntimeError::InvalidSpec {
+                id: id.to_string(),
+                reason: "the process runtime needs a command".into(),
+            });
+        };
+        if self.sessions().get(id).is_some_and(|t| !t.ended()) {
+            return Err(RuntimeError::AlreadyRunning(id.to_string()));
+        }
+
+        let paths = SessionPaths::new(work_root, id);
+        fs::create_dir_all(&paths.work)
+            .map_err(|e| RuntimeError::io(format!("creating {}", paths.work.display()), e))?;
+        let work = std::path::absolute(&paths.work)
+            .map_err(|e| RuntimeError::io(format!("resolving {}", paths.work.display()), e))?;
+        let stdout = fs::File::create(&paths.stdout)
+            .map_err(|e| RuntimeError::io(format!("creating {}", paths.stdout.display()), e))?;
+        let stderr = fs::File::create(&paths.stderr)
+            .map_err(|e| RuntimeError::io(format!("creating {}", paths.stderr.display()), e))?;
+
+        let limits = spec.limits;
+        let cgroup = self
+            .cgroups
+            .as_ref()
+            .and_then(|parent| match parent.create(id, limits) {
+                Ok(cg) => Some(cg),
+                Err(e) => {
+                    tracing::warn!(session = id, parent = %parent.path().display(), error = %e,
+                        "could not make the session's cgroup; falling back to rlimits");
+                    None
+                }
+            });
+        let procs_file = match cgroup.as_ref().map(SessionCgroup::procs_file).transpose() {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!(session = id, error = %e, "could not open cgroup.procs; falling back to rlimits");
+                if let Some(cg) = &cgroup {
+                    cg.remove().await;
+                }
+                None
+            }
+        };
+        let cgroup = cgroup.filter(|_| procs_file.is_some());
+        let rlimit_as = (cgroup.is_none() && limits.mem_bytes > 0).then_some(limits.mem_bytes);
+        if cgroup.is_none() && limits.cpu_milli > 0 {
+            tracing::warn!(
+                session = id,
+                cpu_milli = limits.cpu_milli,
+                "no cgroup for the session: its CPU limit is not enforced"
+            );
+        }
+
+        let mut command = Command::new(program);
+        command
+            .args(&spec.command[1..])
+            .current_dir(&work)
+            .env_clear()
+            .env("PATH", &self.config.path)
+            .env("HOME", &work)
+            .envs(&spec.environment)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0);
+        let procs_fd = procs_file.as_ref().map(|f| f.as_raw_fd());
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed. It makes two raw system calls, write(2) and
+        // setrlimit(2), on plain values computed before the fork, and allocates nothing;
+        // `procs_fd` stays open because `procs_file` lives until after the spawn.
+        unsafe {
+            command.pre_exec(move || {
+                if let Some(fd) = procs_fd {
+                    // Writing "0" to cgroup.procs moves the writing process into the cgroup,
+                    // before exec, so nothing of the session runs outside its limits.
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if let Some(bytes) = rlimit_as {
+                    let limit = libc::rlimit {
+                        rlim_cur: bytes as libc::rlim_t,
+                        rlim_max: bytes as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+
+        let spawned = command.spawn();
+        drop(procs_file);
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(cg) = &cgroup {
+                    cg.remove().await;
+                }
+                let why = format!("could not start {program:?}: {e}");
+                tracing::warn!(session = id, error = %e, "session could not start");
+                let (_tx, exit) = watch::channel(Some(Exit::Failed(why)));
+                self.sessions().insert(
+                    id.to_string(),
+                    Tracked {
+                        process: None,
+                        exit,
+                        task: None,
+                    },
+                );
+                return Ok(());
+            }
+        };
+
+        let pid = child.id().map(|p| p as i32).unwrap_or_default();
+        let start_time = procfs::stat(pid).map(|s| s.start_time).unwrap_or_default();
+        let record = ProcessRecord {
+            pid,
+            start_time,
+            cgroup: cgroup.as_ref().map(|c| c.path.clone()),
+        };
+        let pid_file = paths.dir.join(PID_FILE);
+        if let Err(e) = write_record(&pid_file, &record) {
+            tracing::warn!(session = id, error = %e, "could not write the pid file; the session will not be found after an agent restart");
+        }
+        tracing::info!(session = id, pid, cgroup = ?record.cgroup, mem_rlimit = ?rlimit_as, "session started");
+
+        let (tx, exit) = watch::channel(None);
+        let task = tokio::spawn(watch_child(
+            id.to_string(),
+            child,
+            record.clone(),
+            pid_file,
+            tx,
+        ));
+        self.sessions().insert(
+            id.to_string(),
+            Tracked {
+                process: Some(record),
+                exit,
+                task: Some(task.abort_handle()),
+            },
+        );
+        Ok(())
+    }
+
+    /// See [`crate::Runtime::wait`].
+    pub async fn wait(&self, id: &str) -> Result<Exit, RuntimeError> {
+        let mut exit = self.tracked(id)?.exit;
+        let result = exit.wait_for(Option::is_some).await;
+        Ok(match result {
+            Ok(exit) => exit.clone().unwrap_or_else(|| lost(id)),
+            Err(_) => lost(id),
+        })
+    }
+
+    /// See [`crate::Runtime::stop`]. The grace applies to the session's first process: once
+    /// it ended, what is left of its group is killed at once.
+    pub async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
+        let tracked = self.tracked(id)?;
+        let Some(record) = tracked.process.clone() else {
+            return Ok(());
+        };
+        if tracked.ended() {
+            return Ok(());
+        }
+        let cgroup = record.cgroup.clone().map(|path| SessionCgroup { path });
+        if procfs::is_same_live_process(record.pid, record.start_time) {
+            tracing::info!(session = id, pid = record.pid, "stopping session (SIGTERM)");
+            signal_session(record.pid, cgroup.as_ref(), libc::SIGTERM);
+        }
+        let mut exit = tracked.exit.clone();
+        if tokio::time::timeout(grace, exit.wait_for(Option::is_some))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        tracing::info!(
+            session = id,
+            pid = record.pid,
+            "session still running after the grace; SIGKILL"
+        );
+        if procfs::is_same_live_process(record.pid, record.start_time) {
+            signal_session(record.pid, cgroup.as_ref(), libc::SIGKILL);
+        }
+        tokio::time::timeout(KILL_WAIT, exit.wait_for(Option::is_some))
+            .await
+            .map_err(|_| RuntimeError::StopTimedOut(id.to_string()))?
+            .ok();
+        Ok(())
+    }
+
+    /// See [`crate::Runtime::running`]: the sessions this value started that still run, and
+    /// those whose `pid.json` under `work_root` names a live process (which are adopted).
+    pub async fn running(&self, work_root: &Path) -> Result<Vec<String>, RuntimeError> {
+        let mut ids: BTreeSet<String> = self
+            .sessions()
+            .iter()
+            .filter(|(_, t)| !t.ended())
+            .map(|(id, _)| id.clone())
+            .collect();
+        let entries = match fs::read_dir(work_root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ids.into_iter().collect()),
+            Err(e) => {
+                return Err(RuntimeError::io(
+                    format!("reading {}", work_root.display()),
+                    e,
+                ))
+            }
+        };
+        for entry in entries {
+            let entry = entry
+                .map_err(|e| RuntimeError::io(format!("reading {}", work_root.display()), e))?;
+            let Some(id) = entry.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if crate::validate_id(&id).is_err() || ids.contains(&id) {
+                continue;
+            }
+            let pid_file = entry.path().join(PID_FILE);
+            let Some(record) = read_record(&pid_file) else {
+                continue;
+            };
+            if !procfs::is_same_live_process(record.pid, record.start_time) {
+                tracing::debug!(session = %id, pid = record.pid, "stale pid file removed");
+                let _ = fs::remove_file(&pid_file);
+                continue;
+            }
+            tracing::info!(session = %id, pid = record.pid, "adopted a session started before a restart");
+            let (tx, exit) = watch::channel(None);
+            let task = tokio::spawn(watch_adopted(id.clone(), record.clone(), pid_file, tx));
+            self.sessions().insert(
+                id.clone(),
+                Tracked {
+                    process: Some(record),
+                    exit,
+                    task: Some(task.abort_handle()),
+                },
+            );
+            ids.insert(id);
+        }
+        Ok(ids.into_iter().collect())
+    }
+
+    /// See [`crate::Runtime::collect_outputs`].
+    pub async fn collect_outputs(
+        &self,
+        spec: &SessionSpec,
+        work_root: &Path,
+    ) -> Result<Vec<PathBuf>, RuntimeError> {
+        crate::outputs::validate_outputs(spec)?;
+        let paths = SessionPaths::new(work_root, &spec.id);
+        let id = spec.id.clone();
+        let outputs = spec.outputs.clone();
+        tokio::task::spawn_blocking(move || {
+            copy_outputs(&id, &outputs, &paths.work, &paths.outputs)
+        })
+        .await
+        .map_err(|e| RuntimeError::io("copying outputs", io::Error::other(e)))?
+    }
+
+    /// See [`crate::Runtime::remove`].
+    pub async fn remove(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut sessions = self.sessions();
+        match sessions.get(id) {
+            Some(t) if !t.ended() => Err(RuntimeError::StillRunning(id.to_string())),
+            Some(_) => {
+                sessions.remove(id);
+                Ok(())
+            }
+            None => Err(RuntimeError::UnknownSession(id.to_string())),
+        }
+    }
+}
+
+impl Drop for ProcessRuntime {
+    /// Stops watching; the sessions go on running, to be found again by `running`.
+    fn drop(&mut self) {
+        let sessions = self.sessions.get_mut().unwrap_or_else(|e| e.into_inner());
+        for tracked in sessions.values() {
+            if let Some(task) = &tracked.task {
+                task.abort();
+            }
+        }
+    }
+}
+
+fn lost(id: &str) -> Exit {
+    Exit::Failed(format!("the runtime lost track of session {id}"))
+}
+
+fn signal_session(pgid: i32, cgroup: Option<&SessionCgroup>, signal: i32) {
+    if let Err(e) = procfs::signal_group(pgid, signal) {
+        tracing::warn!(pgid, signal, error = %e, "could not signal the session's process group");
+    }
+    if let Some(cg) = cgroup {
+        cg.signal_all(signal);
+    }
+}
+
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Exit::Code(code),
+        (None, Some(signal)) => Exit::Signal(signal),
+        (None, None) => Exit::Failed(format!("unknown wait status {status:?}")),
+    }
+}
+
+/// Waits for a session this runtime started, then cleans up after it.
+async fn watch_child(
+    id: String,
+    mut child: Child,
+    record: ProcessRecord,
+    pid_file: PathBuf,
+    tx: watch::Sender<Option<Exit>>,
+) {
+    let exit = match child.wait().await {
+        Ok(status) => exit_of(status),
+        Err(e) => Exit::Failed(format!("waiting for the process: {e}")),
+    };
+    tracing::info!(session = %id, %exit, "session ended");
+    clean_up(&id, &record, &pid_file).await;
+    tx.send_replace(Some(exit));
+}
+
+/// Waits for a session found again after a restart, then cleans up after it.
+async fn watch_adopted(
+    id: String,
+    record: ProcessRecord,
+    pid_file: PathBuf,
+    tx: watch::Sender<Option<Exit>>,
+) {
+    while procfs::is_same_live_process(record.pid, record.start_time) {
+        tokio::time::sleep(ADOPTED_POLL).await;
+    }
+    tracing::info!(session = %id, "adopted session ended");
+    clean_up(&id, &record, &pid_file).await;
+    tx.send_replace(Some(Exit::Failed(
+        "exit status unknown: the session ended after the agent that started it restarted".into(),
+    )));
+}
+
+/// Kills what the session left in its process group and cgroup, removes the cgroup and the pid
+/// file.
+async fn clean_up(id: &str, record: &ProcessRecord, pid_file: &Path) {
+    let pgid = record.pid;
+    if !procfs::group_members(pgid).is_empty() {
+        tracing::info!(
+            session = id,
+            pgid,
+            "killing processes the session left behind"
+        );
+        if let Err(e) = procfs::signal_group(pgid, libc::SIGKILL) {
+            tracing::warn!(session = id, pgid, error = %e, "could not kill the session's group");
+        }
+    }
+    if let Some(path) = &record.cgroup {
+        SessionCgroup { path: path.clone() }.remove().await;
+    }
+    let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
+    while !procfs::group_members(pgid).is_empty() {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                session = id,
+                pgid,
+                "processes of the session outlived SIGKILL"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if let Err(e) = fs::remove_file(pid_file) {
+        if e.kind() != io::ErrorKind::NotFound {
+            tracing::warn!(session = id, error = %e, "could not remove the pid file");
+        }
+    }
+}
+
+fn write_record(path: &Path, record: &ProcessRecord) -> io::Result<()> {
+    let tmp = path.with_extension("json.tmp");
+    fs::write(&tmp, serde_json::to_vec(record).map_err(io::Error::other)?)?;
+    fs::rename(&tmp, path)
+}
+
+fn read_record(path: &Path) -> Option<ProcessRecord> {
+    let bytes = fs::read(path).ok()?;
+    match serde_json::from_slice(&bytes) {
+        Ok(record) => Some(record),
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "unreadable pid file ignored");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pid_files_round_trip() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(PID_FILE);
+        let record = ProcessRecord {
+            pid: 42,
+            start_time: 7,
+            cgroup: Some("/sys/fs/cgroup/corral-a".into()),
+        };
+        write_record(&path, &record).unwrap();
+        assert_eq!(read_record(&path), Some(record));
+        fs::write(&path, "not json").unwrap();
+        assert_eq!(read_record(&path), None);
+    }
+}

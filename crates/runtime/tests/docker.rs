@@ -1,0 +1,350 @@
+//! The Docker runtime against the real Docker daemon, with a busybox image built here (no image
+//! can be pulled). Each test skips, saying so, if no daemon answers or busybox is missing.
+
+use std::fs;
+use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use corral_runtime::{
+    DockerRuntime, Exit, Limits, Runtime, RuntimeError, SessionPaths, SessionSpec,
+};
+use futures_util::StreamExt;
+
+const IMAGE: &str = "corral-test-busybox:1";
+/// Where Debian's busybox-static installs its binary.
+const BUSYBOX: &str = "/bin/busybox";
+const DOCKERFILE: &str = r#"FROM scratch
+COPY busybox /bin/busybox
+RUN ["/bin/busybox", "--install", "-s", "/bin"]
+ENV PATH=/bin
+CMD ["echo", "default command"]
+"#;
+
+/// A runtime on the local daemon with the test image present, or `None` (with the reason
+/// printed) where that cannot be had.
+async fn docker(agent: &str) -> Option<DockerRuntime> {
+    let rt =
+        match tokio::time::timeout(Duration::from_secs(10), DockerRuntime::connect(agent)).await {
+            Ok(Ok(rt)) => rt,
+            Ok(Err(e)) => {
+                eprintln!("skipping: no Docker daemon answers: {e}");
+                return None;
+            }
+            Err(_) => {
+                eprintln!("skipping: the Docker daemon did not answer in 10 s");
+                return None;
+            }
+        };
+    // Tests run in parallel: one builds, the others wait for it.
+    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _building = BUILD.lock().await;
+    if rt.client().inspect_image(IMAGE).await.is_ok() {
+        return Some(rt);
+    }
+    let Ok(busybox) = fs::read(BUSYBOX) else {
+        eprintln!("skipping: {BUSYBOX} is missing (apt-get install busybox-static)");
+        return None;
+    };
+    let mut context = tar::Builder::new(Vec::new());
+    for (name, bytes, mode) in [
+        ("Dockerfile", DOCKERFILE.as_bytes(), 0o644),
+        ("busybox", &busybox[..], 0o755),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(mode);
+        header.set_cksum();
+        context.append_data(&mut header, name, bytes).unwrap();
+    }
+    let context = context.into_inner().unwrap();
+    let options = BuildImageOptionsBuilder::new().t(IMAGE).rm(true).build();
+    let mut build =
+        rt.client()
+            .build_image(options, None, Some(bollard::body_full(context.into())));
+    while let Some(step) = build.next().await {
+        match step {
+            Ok(info) => {
+                if let Some(detail) = info.error_detail {
+                    panic!("building {IMAGE}: {detail:?}");
+                }
+            }
+            Err(e) => panic!("building {IMAGE}: {e}"),
+        }
+    }
+    drop(build);
+    Some(rt)
+}
+
+/// A session id no earlier run left a container for.
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}{}x{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn sh(id: &str, script: &str) -> SessionSpec {
+    SessionSpec {
+        id: id.to_string(),
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        image: Some(IMAGE.to_string()),
+        ..Default::default()
+    }
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test]
+async fn exit_code_logs_and_limits() {
+    let Some(docker) = docker("agent-a").await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let id = unique("exit");
+    let mut spec = sh(&id, "echo hi; echo err >&2; exit 3");
+    spec.limits = Limits {
+        cpu_milli: 500,
+        mem_bytes: 256 << 20,
+    };
+    let client = docker.client().clone();
+    let rt = Runtime::Docker(docker);
+    rt.start(&spec, root.path()).await.unwrap();
+    assert_eq!(rt.wait(&id).await.unwrap(), Exit::Code(3));
+    let paths = SessionPaths::new(root.path(), &id);
+    assert_eq!(read(&paths.stdout), "hi\n");
+    assert_eq!(read(&paths.stderr), "err\n");
+
+    // What `docker inspect` shows.
+    let info = client
+        .inspect_container(&DockerRuntime::container_name(&id), None)
+        .await
+        .unwrap();
+    let host = info.host_config.unwrap();
+    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(host.memory, Some(256 << 20));
+    let labels = info.config.unwrap().labels.unwrap();
+    assert_eq!(labels["corral.session"], id);
+    assert_eq!(labels["corral.agent"], "agent-a");
+
+    rt.remove(&id).await.unwrap();
+    assert!(client
+        .inspect_container(&DockerRuntime::container_name(&id), None)
+        .await
+        .is_err());
+}
+
+#[tokio::test]
+async fn environment_work_dir_and_default_command() {
+    let Some(docker) = docker("agent-a").await else {
+        return;
+    };
+    let rt = Runtime::Docker(docker);
+    let root = tempfile::tempdir().unwrap();
+
+    let id = unique("env");
+    let paths = SessionPaths::new(root.path(), &id);
+    fs::create_dir_all(&paths.work).unwrap();
+    fs::write(paths.work.join("input.txt"), "staged\n").unwrap();
+    let mut spec = sh(&id, "cat input.txt; pwd; env");
+    spec.environment
+        .insert("GREETING".into(), "hello world".into());
+    rt.start(&spec, root.path()).await.unwrap();
+    assert_eq!(rt.wait(&id).await.unwrap(), Exit::Code(0));
+    let out = read(&paths.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("staged"));
+    assert_eq!(lines.next(), Some("/work"));
+    let env: Vec<&str> = lines.collect();
+    assert!(env.contains(&"GREETING=hello world"), "{env:?}");
+    assert!(
+        !env.iter().any(|l| l.starts_with("CARGO")),
+        "the agent's environment leaked in: {env:?}"
+    );
+    rt.remove(&id).await.unwrap();
+
+    let id = unique("default");
+    let mut spec = sh(&id, "");
+    spec.command.clear();
+    rt.start(&spec, root.path()).await.unwrap();
+    assert_eq!(rt.wait(&id).await.unwrap(), Exit::Code(0));
+    assert_eq!(
+        read(&SessionPaths::new(root.path(), &id).stdout),
+        "default command\n"
+    );
+    rt.remove(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn stop_ends_the_container() {
+    let Some(docker) = docker("agent-a").await else {
+        return;
+    };
+    let client = docker.client().clone();
+    let rt = Runtime::Docker(docker);
+    let root = tempfile::tempdir().unwrap();
+    let id = unique("stop");
+    rt.start(&sh(&id, "sleep 100 & sleep 100"), root.path())
+        .await
+        .unwrap();
+    assert!(rt.running(root.path()).await.unwrap().contains(&id));
+    // The shell is the container's first process, which ignores SIGTERM: killed after the grace.
+    rt.stop(&id, Duration::from_millis(500)).await.unwrap();
+    assert_eq!(rt.wait(&id).await.unwrap(), Exit::Signal(9));
+    let state = client
+        .inspect_container(&DockerRuntime::container_name(&id), None)
+        .await
+        .unwrap()
+        .state
+        .unwrap();
+    assert_eq!(state.running, Some(false));
+    assert!(!rt.running(root.path()).await.unwrap().contains(&id));
+    rt.remove(&id).await.unwrap();
+
+    // A program that ends on SIGTERM ends within the grace.
+    let id = unique("term");
+    rt.start(
+        &sh(&id, "trap 'exit 42' TERM; sleep 100 & wait"),
+        root.path(),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    rt.stop(&id, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(rt.wait(&id).await.unwrap(), Exit::Code(42));
+    rt.remove(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_memory_limit_makes_a_hog_fail() {
+    let Some(docker) = docker("agent-a").await else {
+        return;
+    };
+    let rt = Runtime::Docker(docker);
+    let root = tempfile::tempdir().unwrap();
+    let hog = "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}";
+
+    let free = unique("free");
+    rt.start(&sh(&free, hog), root.path()).await.unwrap();
+    assert_eq!(rt.wait(&free).await.unwrap(), Exit::Code(0));
+    assert_eq!(
+        read(&SessionPaths::new(root.path(), &free).stdout),
+        "200000000\n"
+    );
+    rt.remove(&free).await.unwrap();
+
+    let limited = unique("limited");
+    let mut spec = sh(&limited, hog);
+    spec.limits.mem_bytes = 64 << 20;
+    rt.start(&spec, root.path()).await.unwrap();
+    let exit = rt.wait(&limited).await.unwrap();
+    eprintln!("the hog under a 64 MiB limit: {exit}");
+    assert!(!exit.success(), "the hog succeeded under the limit: {exit}");
+    rt.remove(&limited).await.unwrap();
+}
+
+#[tokio::test]
+async fn outputs_are_copied_out_and_escapes_refused() {
+    let Some(docker) = docker("agent-a").await else {
+        return;
+    };
+    let rt = Runtime::Docker(docker);
+    let root = tempfile::tempdir().unwrap();
+    let id = unique("outs");
+    let mut spec = sh(
+        &id,
+        "mkdir -p out/sub && echo a > out/a.txt && echo b > out/sub/b.txt \
+         && echo r > result.txt && ln -s /etc/passwd out/link",
+    );
+    spec.outputs = vec!["result.txt".into(), "out".into(), "missing.txt".into()];
+    rt.start(&spec, root.path()).await.unwrap();
+    assert_eq!(rt.wait(&id).await.unwrap(), Exit::Code(0));
+    let collected = rt.collect_outputs(&spec, root.path()).await.unwrap();
+    let outputs = SessionPaths::new(root.path(), &id).outputs;
+    assert_eq!(
+        collected,
+        vec![outputs.join("result.txt"), outputs.join("out")]
+    );
+    assert_eq!(read(&outputs.join("result.txt")), "r\n");
+    assert_eq!(read(&outputs.join("out/a.txt")), "a\n");
+    assert_eq!(read(&outputs.join("out/sub/b.txt")), "b\n");
+    assert!(fs::symlink_metadata(outputs.join("out/link")).is_err());
+
+    let mut escaping = spec.clone();
+    escaping.outputs = vec!["result.txt".into(), "../x".into()];
+    let err = rt
+        .collect_outputs(&escaping, root.path())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::OutputEscapes { path, .. } if path == "../x"),
+        "{err}"
+    );
+    rt.remove(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn running_finds_a_container_after_a_restart() {
+    let Some(first) = docker("agent-restart").await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let id = unique("long");
+    first
+        .start(&sh(&id, "echo before; sleep 100"), root.path())
+        .await
+        .unwrap();
+    drop(first);
+
+    let second = Runtime::Docker(docker("agent-restart").await.unwrap());
+    assert!(second.running(root.path()).await.unwrap().contains(&id));
+    // Another agent's containers are not this one's.
+    let other = Runtime::Docker(docker("agent-other").await.unwrap());
+    assert!(!other.running(root.path()).await.unwrap().contains(&id));
+
+    second.stop(&id, Duration::from_millis(200)).await.unwrap();
+    assert_eq!(second.wait(&id).await.unwrap(), Exit::Signal(9));
+    assert_eq!(
+        read(&SessionPaths::new(root.path(), &id).stdout),
+        "before\n"
+    );
+    second.remove(&id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_missing_image_or_program_fails_the_session() {
+    let Some(docker) = docker("agent-a").await else {
+        return;
+    };
+    let rt = Runtime::Docker(docker);
+    let root = tempfile::tempdir().unwrap();
+
+    let id = unique("noimage");
+    let mut spec = sh(&id, "true");
+    spec.image = Some("corral-test-no-such-image:1".into());
+    rt.start(&spec, root.path()).await.unwrap();
+    assert!(matches!(rt.wait(&id).await.unwrap(), Exit::Failed(_)));
+    rt.remove(&id).await.unwrap();
+
+    let id = unique("noprog");
+    let mut spec = sh(&id, "");
+    spec.command = vec!["/no/such/program".into()];
+    rt.start(&spec, root.path()).await.unwrap();
+    match rt.wait(&id).await.unwrap() {
+        Exit::Failed(why) => assert!(why.contains("/no/such/program"), "{why}"),
+        other => panic!("expected a failure, got {other}"),
+    }
+    rt.remove(&id).await.unwrap();
+
+    let mut spec = sh(&unique("noimg"), "true");
+    spec.image = None;
+    assert!(matches!(
+        rt.start(&spec, root.path()).await,
+        Err(RuntimeError::InvalidSpec { .. })
+    ));
+}

@@ -1,0 +1,330 @@
+//! The process runtime, run for real on this host.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use corral_runtime::{
+    Exit, Limits, ProcessConfig, ProcessRuntime, Runtime, RuntimeError, SessionPaths, SessionSpec,
+};
+
+fn runtime() -> Runtime {
+    Runtime::Process(ProcessRuntime::new(ProcessConfig::default()))
+}
+
+fn spec(id: &str, command: &[&str]) -> SessionSpec {
+    SessionSpec {
+        id: id.to_string(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+fn sh(id: &str, script: &str) -> SessionSpec {
+    spec(id, &["sh", "-c", script])
+}
+
+fn read(path: &Path) -> String {
+    fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Live processes whose working directory is `dir`: what `ls -l /proc/*/cwd` would show.
+fn processes_in(dir: &Path) -> Vec<i32> {
+    let dir = fs::canonicalize(dir).unwrap();
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| fs::read_link(format!("/proc/{pid}/cwd")).ok().as_deref() == Some(&dir))
+        .filter(|pid| {
+            // Not a zombie: field 3 of stat, after the command name in parentheses.
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn exit_code_and_logs() {
+    let root = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    rt.start(&sh("exit3", "echo hi; echo err >&2; exit 3"), root.path())
+        .await
+        .unwrap();
+    assert_eq!(rt.wait("exit3").await.unwrap(), Exit::Code(3));
+    // A second wait answers at once with the same exit.
+    assert_eq!(rt.wait("exit3").await.unwrap(), Exit::Code(3));
+    let paths = SessionPaths::new(root.path(), "exit3");
+    assert_eq!(read(&paths.stdout), "hi\n");
+    assert_eq!(read(&paths.stderr), "err\n");
+    assert!(rt.running(root.path()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn runs_in_the_work_dir_with_staged_inputs() {
+    let root = tempfile::tempdir().unwrap();
+    let paths = SessionPaths::new(root.path(), "inputs");
+    fs::create_dir_all(&paths.work).unwrap();
+    fs::write(paths.work.join("input.txt"), "staged\n").unwrap();
+    let rt = runtime();
+    rt.start(
+        &sh("inputs", "cat input.txt; pwd; read x || echo no-stdin"),
+        root.path(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rt.wait("inputs").await.unwrap(), Exit::Code(0));
+    let work = fs::canonicalize(&paths.work).unwrap();
+    assert_eq!(
+        read(&paths.stdout),
+        format!("staged\n{}\nno-stdin\n", work.display())
+    );
+}
+
+#[tokio::test]
+async fn environment_is_exactly_the_given_one() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = spec("env", &["env"]);
+    s.environment
+        .insert("GREETING".into(), "hello world".into());
+    s.environment.insert("EMPTY".into(), String::new());
+    let rt = runtime();
+    rt.start(&s, root.path()).await.unwrap();
+    assert_eq!(rt.wait("env").await.unwrap(), Exit::Code(0));
+    let paths = SessionPaths::new(root.path(), "env");
+    let lines: BTreeSet<String> = read(&paths.stdout).lines().map(str::to_string).collect();
+    let work = std::path::absolute(&paths.work).unwrap();
+    let expected: BTreeSet<String> = [
+        "GREETING=hello world".to_string(),
+        "EMPTY=".to_string(),
+        format!("PATH={}", corral_runtime::DEFAULT_PATH),
+        format!("HOME={}", work.display()),
+    ]
+    .into();
+    assert_eq!(lines, expected, "the agent's environment leaked in");
+    // The test process has variables of its own (cargo's at least); none reached the session.
+    assert!(std::env::vars().any(|(k, _)| k.starts_with("CARGO")));
+}
+
+#[tokio::test]
+async fn stop_kills_the_whole_process_group() {
+    let root = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    rt.start(&sh("stopme", "sleep 100 & sleep 100"), root.path())
+        .await
+        .unwrap();
+    let work = SessionPaths::new(root.path(), "stopme").work;
+    // The shell and its two sleeps.
+    eventually("three processes", || processes_in(&work).len() == 3).await;
+    assert_eq!(rt.running(root.path()).await.unwrap(), vec!["stopme"]);
+    rt.stop("stopme", Duration::from_secs(5)).await.unwrap();
+    assert_eq!(rt.wait("stopme").await.unwrap(), Exit::Signal(15));
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+    assert!(rt.running(root.path()).await.unwrap().is_empty());
+    // Stopping an ended session is no error.
+    rt.stop("stopme", Duration::from_secs(1)).await.unwrap();
+}
+
+#[tokio::test]
+async fn stop_kills_after_the_grace_what_ignores_sigterm() {
+    let root = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    // An ignored signal stays ignored in children: neither the shell nor sleep ends on SIGTERM.
+    rt.start(
+        &sh("stubborn", "trap '' TERM; sleep 100; true"),
+        root.path(),
+    )
+    .await
+    .unwrap();
+    let work = SessionPaths::new(root.path(), "stubborn").work;
+    eventually("two processes", || processes_in(&work).len() == 2).await;
+    let began = Instant::now();
+    rt.stop("stubborn", Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert!(began.elapsed() >= Duration::from_millis(500));
+    assert_eq!(rt.wait("stubborn").await.unwrap(), Exit::Signal(9));
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+}
+
+#[tokio::test]
+async fn what_a_session_leaves_behind_is_killed_when_it_ends() {
+    let root = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    rt.start(&sh("leaves", "sleep 100 & echo started"), root.path())
+        .await
+        .unwrap();
+    assert_eq!(rt.wait("leaves").await.unwrap(), Exit::Code(0));
+    let work = SessionPaths::new(root.path(), "leaves").work;
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+}
+
+/// A shell that builds a 200 MB string.
+const HOG: &str = "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}";
+
+#[tokio::test]
+async fn a_memory_limit_makes_a_hog_fail() {
+    let root = tempfile::tempdir().unwrap();
+    let process = ProcessRuntime::new(ProcessConfig::default());
+    match process.cgroup_parent() {
+        Some(parent) => eprintln!("memory limit through cgroup v2 under {}", parent.display()),
+        None => eprintln!("no writable cgroup v2 here: memory limit through RLIMIT_AS"),
+    }
+    let rt = Runtime::Process(process);
+
+    rt.start(&sh("free", HOG), root.path()).await.unwrap();
+    assert_eq!(rt.wait("free").await.unwrap(), Exit::Code(0));
+    assert_eq!(
+        read(&SessionPaths::new(root.path(), "free").stdout),
+        "200000000\n"
+    );
+
+    let mut limited = sh("limited", HOG);
+    limited.limits = Limits {
+        cpu_milli: 0,
+        mem_bytes: 64 << 20,
+    };
+    rt.start(&limited, root.path()).await.unwrap();
+    let exit = rt.wait("limited").await.unwrap();
+    eprintln!("the hog under a 64 MiB limit: {exit}");
+    assert!(!exit.success(), "the hog succeeded under the limit: {exit}");
+    assert_ne!(
+        read(&SessionPaths::new(root.path(), "limited").stdout),
+        "200000000\n"
+    );
+}
+
+#[tokio::test]
+async fn outputs_are_collected_and_escapes_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let mut s = sh(
+        "outs",
+        "mkdir -p out/sub && echo a > out/a.txt && echo b > out/sub/b.txt \
+         && echo r > result.txt && ln -s /etc/passwd out/link",
+    );
+    s.outputs = vec!["result.txt".into(), "out".into(), "missing.txt".into()];
+    rt.start(&s, root.path()).await.unwrap();
+    assert_eq!(rt.wait("outs").await.unwrap(), Exit::Code(0));
+
+    let collected = rt.collect_outputs(&s, root.path()).await.unwrap();
+    let outputs = SessionPaths::new(root.path(), "outs").outputs;
+    assert_eq!(
+        collected,
+        vec![outputs.join("result.txt"), outputs.join("out")]
+    );
+    assert_eq!(read(&outputs.join("result.txt")), "r\n");
+    assert_eq!(read(&outputs.join("out/a.txt")), "a\n");
+    assert_eq!(read(&outputs.join("out/sub/b.txt")), "b\n");
+    assert!(
+        fs::symlink_metadata(outputs.join("out/link")).is_err(),
+        "a link out of the work dir was copied"
+    );
+
+    for bad in ["../x", "/etc/passwd", "out/../../x"] {
+        let mut escaping = s.clone();
+        escaping.outputs = vec!["result.txt".into(), bad.into()];
+        let err = rt
+            .collect_outputs(&escaping, root.path())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, RuntimeError::OutputEscapes { path, .. } if path == bad),
+            "{bad}: {err}"
+        );
+    }
+    // Refused at start as well.
+    let mut escaping = sh("escapes", "true");
+    escaping.outputs = vec!["../x".into()];
+    assert!(matches!(
+        rt.start(&escaping, root.path()).await,
+        Err(RuntimeError::OutputEscapes { .. })
+    ));
+}
+
+#[tokio::test]
+async fn running_finds_a_session_after_a_restart() {
+    let root = tempfile::tempdir().unwrap();
+    let first = runtime();
+    first
+        .start(&sh("longrun", "sleep 100"), root.path())
+        .await
+        .unwrap();
+    first
+        .start(&sh("short", "true"), root.path())
+        .await
+        .unwrap();
+    assert_eq!(first.wait("short").await.unwrap(), Exit::Code(0));
+    drop(first);
+
+    // The agent restarts: a new runtime value knows nothing but what is on disk.
+    let second = runtime();
+    assert_eq!(second.running(root.path()).await.unwrap(), vec!["longrun"]);
+    let work = SessionPaths::new(root.path(), "longrun").work;
+    assert!(!processes_in(&work).is_empty());
+    second
+        .stop("longrun", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(matches!(
+        second.wait("longrun").await.unwrap(),
+        Exit::Failed(_)
+    ));
+    eventually("no process left", || processes_in(&work).is_empty()).await;
+    assert!(second.running(root.path()).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_program_that_does_not_exist_fails_the_session() {
+    let root = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    rt.start(&spec("nope", &["/no/such/program"]), root.path())
+        .await
+        .unwrap();
+    match rt.wait("nope").await.unwrap() {
+        Exit::Failed(why) => assert!(why.contains("/no/such/program"), "{why}"),
+        other => panic!("expected a failure, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn misuse_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    assert!(matches!(
+        rt.wait("unknown").await,
+        Err(RuntimeError::UnknownSession(_))
+    ));
+    assert!(matches!(
+        rt.start(&spec("../evil", &["true"]), root.path()).await,
+        Err(RuntimeError::InvalidSpec { .. })
+    ));
+    assert!(matches!(
+        rt.start(&spec("empty", &[]), root.path()).await,
+        Err(RuntimeError::InvalidSpec { .. })
+    ));
+    rt.start(&sh("twice", "sleep 100"), root.path())
+        .await
+        .unwrap();
+    assert!(matches!(
+        rt.start(&sh("twice", "true"), root.path()).await,
+        Err(RuntimeError::AlreadyRunning(_))
+    ));
+    assert!(matches!(
+        rt.remove("twice").await,
+        Err(RuntimeError::StillRunning(_))
+    ));
+    rt.stop("twice", Duration::from_secs(5)).await.unwrap();
+    rt.remove("twice").await.unwrap();
+    assert!(!PathBuf::from(root.path()).join("twice/pid.json").exists());
+}
