@@ -21,17 +21,17 @@ pub(crate) struct CgroupParent {
 }
 
 impl CgroupParent {
-    /// The parent to use: `configured`, or the agent's own cgroup, if `/sys/fs/cgroup` is a
-    /// cgroup v2 hierarchy (it has `cgroup.controllers`) and the parent is one of its
-    /// directories that we may write. `None` otherwise.
+    /// The parent to use: `configured`, or else the agent's own cgroup if `/sys/fs/cgroup` is
+    /// a cgroup v2 hierarchy (it has `cgroup.controllers`); provided the parent is a cgroup v2
+    /// directory that we may write. `None` otherwise.
     pub fn detect(configured: Option<&Path>) -> Option<Self> {
-        let root = Path::new(CGROUP2_ROOT);
-        if !root.join("cgroup.controllers").is_file() {
-            return None;
-        }
         let path = match configured {
             Some(p) => p.to_path_buf(),
             None => {
+                let root = Path::new(CGROUP2_ROOT);
+                if !root.join("cgroup.controllers").is_file() {
+                    return None;
+                }
                 let own = own_cgroup_v2(&fs::read_to_string("/proc/self/cgroup").ok()?)?;
                 root.join(own.trim_start_matches('/'))
             }

@@ -28,7 +28,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use crate::outputs::{relative_output, unpack_archive, validate_outputs};
+use crate::outputs::{unpack_archive, validate_outputs};
 use crate::{validate_spec, Exit, RuntimeError, SessionPaths, SessionSpec};
 
 /// The label naming a container's session.
@@ -421,7 +421,6 @@ impl DockerRuntime {
         let paths = SessionPaths::new(work_root, id);
         let mut collected = Vec::new();
         for (rel, given) in rels.iter().zip(&spec.outputs) {
-            debug_assert_eq!(relative_output(id, given).ok().as_ref(), Some(rel));
             let in_container = format!("{WORK_MOUNT}/{}", rel.display());
             let archive = paths.dir.join(".output.tar");
             match self.download(&name, &in_container, &archive).await {
@@ -445,7 +444,12 @@ impl DockerRuntime {
             .and_then(|r| r);
             let _ = tokio::fs::remove_file(&archive).await;
             unpacked.map_err(|e| RuntimeError::io(format!("unpacking output {given}"), e))?;
-            collected.push(paths.outputs.join(rel));
+            let dest = paths.outputs.join(rel);
+            if std::fs::symlink_metadata(&dest).is_ok() {
+                collected.push(dest);
+            } else {
+                tracing::warn!(session = id, output = %given, "output is a link or special file; skipped");
+            }
         }
         Ok(collected)
     }

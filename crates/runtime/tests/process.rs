@@ -328,3 +328,59 @@ async fn misuse_is_refused() {
     rt.remove("twice").await.unwrap();
     assert!(!PathBuf::from(root.path()).join("twice/pid.json").exists());
 }
+
+/// A cgroup v2 directory sessions may be put under: the host's own unified hierarchy, or the
+/// `unified` one of a hybrid (v1 + v2) host. `None` (with the reason printed) otherwise.
+fn writable_cgroup2() -> Option<PathBuf> {
+    for dir in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
+        let dir = PathBuf::from(dir);
+        if !dir.join("cgroup.controllers").is_file() {
+            continue;
+        }
+        let probe = dir.join(format!("corral-probe{}", std::process::id()));
+        if fs::create_dir(&probe).is_ok() {
+            let _ = fs::remove_dir(&probe);
+            return Some(dir);
+        }
+    }
+    eprintln!("skipping: no writable cgroup v2 directory here (needs root and cgroup2)");
+    None
+}
+
+#[tokio::test]
+async fn a_session_runs_in_its_own_cgroup_which_goes_at_the_end() {
+    let Some(parent) = writable_cgroup2() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let rt = Runtime::Process(ProcessRuntime::new(ProcessConfig {
+        cgroup_parent: Some(parent.clone()),
+        ..Default::default()
+    }));
+    // `setsid` takes a process out of the session's process group, but not out of its cgroup.
+    rt.start(&sh("incgroup", "setsid sleep 100 & sleep 100"), root.path())
+        .await
+        .unwrap();
+    let work = SessionPaths::new(root.path(), "incgroup").work;
+    eventually("three processes", || processes_in(&work).len() == 3).await;
+    let cgroup = parent.join("corral-incgroup");
+    // What `cat /proc/PID/cgroup` shows for every process of the session, children included.
+    for pid in processes_in(&work) {
+        let text = read(Path::new(&format!("/proc/{pid}/cgroup")));
+        let unified = text.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        assert!(unified.ends_with("/corral-incgroup"), "{pid}: {text}");
+    }
+    let mut pids: Vec<i32> = read(&cgroup.join("cgroup.procs"))
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    pids.sort();
+    let mut expected = processes_in(&work);
+    expected.sort();
+    assert_eq!(pids, expected);
+
+    rt.stop("incgroup", Duration::from_secs(5)).await.unwrap();
+    assert_eq!(rt.wait("incgroup").await.unwrap(), Exit::Signal(15));
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+    assert!(!cgroup.exists(), "the session's cgroup was not removed");
+}
