@@ -165,10 +165,16 @@ pub async fn run(
 
 async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     let config = &agent.config;
-    let capacity = config
-        .capacity
-        .clone()
-        .unwrap_or_else(|| detected_capacity(&config.nvidia_smi));
+    let capacity = match config.capacity.clone() {
+        Some(c) => c,
+        // Detection reads /proc and may run nvidia-smi: off the async threads.
+        None => {
+            let nvidia_smi = config.nvidia_smi.clone();
+            tokio::task::spawn_blocking(move || detected_capacity(&nvidia_smi))
+                .await
+                .map_err(|e| AgentError::Io(std::io::Error::other(e)))?
+        }
+    };
     let join = JoinRequest {
         id: config.id.clone(),
         group: config.group.clone(),

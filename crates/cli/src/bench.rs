@@ -7,6 +7,10 @@ use clap::Subcommand;
 use corral_core::plan::summarize;
 use corral_core::{cycle, planner, workload, PolicyKind};
 
+// `corral bench agent`; declared here so that main.rs need not change.
+#[path = "bench_agent.rs"]
+mod bench_agent;
+
 #[derive(Subcommand)]
 pub enum Target {
     /// The core engine: scheduling throughput, scale-out planning time and cost.
@@ -37,6 +41,20 @@ pub enum Target {
         #[arg(long, default_value_t = 10)]
         seconds: u64,
     },
+    /// Agents: submit to process start on a warm agent (process runtime), and the manager's CPU
+    /// for thousands of simulated agents heartbeating every 5 s (the manager runs as a child
+    /// process). 0 sessions or 0 agents skips that case.
+    Agent {
+        /// Sessions run one after another in the start-latency case.
+        #[arg(long, default_value_t = 200)]
+        sessions: usize,
+        /// Simulated agents in the heartbeat case.
+        #[arg(long, default_value_t = 5_000)]
+        agents: usize,
+        /// Seconds over which the manager's CPU is measured once all agents joined.
+        #[arg(long, default_value_t = 20)]
+        window_secs: u64,
+    },
 }
 
 pub fn run(target: Target) -> Result<()> {
@@ -57,6 +75,14 @@ pub fn run(target: Target) -> Result<()> {
                 rate.max(1),
                 seconds.max(1),
             ))
+        }
+        Target::Agent {
+            sessions,
+            agents,
+            window_secs,
+        } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(bench_agent::run(sessions, agents, window_secs))
         }
     }
 }

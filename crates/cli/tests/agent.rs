@@ -269,3 +269,260 @@ fn a_killed_agent_is_lost_and_its_session_runs_again_elsewhere() {
     assert_eq!(text(&log.stdout), "done\n");
     drop(server);
 }
+
+#[test]
+fn an_idle_interactive_session_is_ended_by_the_policy_and_others_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().join("data");
+    let _server = Proc(
+        Command::new(CORRAL)
+            .args(["server", "--data-dir"])
+            .arg(&data)
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--heartbeat-secs",
+                "1",
+                "--lost-after-secs",
+                "5",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_healthy(port);
+    let token = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let server_url = format!("http://127.0.0.1:{port}");
+    let cli = |args: &[&str]| {
+        Command::new(CORRAL)
+            .args(args)
+            .env("CORRAL_SERVER", &server_url)
+            .env("CORRAL_TOKEN", &token)
+            .env("CORRAL_CONFIG", dir.path().join("none.toml"))
+            .output()
+            .unwrap()
+    };
+    let idle_group = dir.path().join("idle.json");
+    std::fs::write(
+        &idle_group,
+        r#"{"name": "idle", "policy": {"termination": {"mode": "idle", "idle_timeout_secs": 2}}}"#,
+    )
+    .unwrap();
+    let out = cli(&[
+        "group",
+        "create",
+        "idle",
+        "--file",
+        idle_group.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(cli(&["group", "create", "kept"]).status.success());
+    let mut agents = Vec::new();
+    for (id, group) in [("i1", "idle"), ("k1", "kept")] {
+        agents.push(Proc(
+            Command::new(CORRAL)
+                .args([
+                    "agent",
+                    "--group",
+                    group,
+                    "--id",
+                    id,
+                    "--capacity",
+                    "cpu=4",
+                    "--work-dir",
+                ])
+                .arg(dir.path().join(id))
+                .env("CORRAL_SERVER", &server_url)
+                .env("CORRAL_TOKEN", &token)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+    }
+    let listed = || -> Vec<serde_json::Value> {
+        serde_json::from_slice::<serde_json::Value>(&cli(&["session", "ls", "-o", "json"]).stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cli(&["agent", "ls", "-o", "json"])
+        .stdout
+        .windows(7)
+        .filter(|w| w == b"\"alive\"")
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "agents did not join");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let submit = |group: &str, kind: &str| {
+        let out = cli(&[
+            "session",
+            "submit",
+            "--group",
+            group,
+            "--type",
+            kind,
+            "--request",
+            "cpu=1",
+            "--",
+            "sleep",
+            "30",
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    let idle = submit("idle", "interactive");
+    let batch = submit("idle", "batch");
+    let kept = submit("kept", "interactive");
+    // Only listing, never reading a session: a read is activity and would keep it alive.
+    let state = |id: &str| listed().into_iter().find(|s| s["id"] == id).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = state(&idle);
+        if s["state"] == "cancelled" {
+            assert_eq!(s["end_reason"], "ended by the group's policy: idle for 2 s");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the idle session was not ended: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        state(&batch)["state"],
+        "running",
+        "batch sessions end on their own"
+    );
+    assert_eq!(
+        state(&kept)["state"],
+        "running",
+        "a persistent group ends nothing"
+    );
+    let events = cli(&["events", "--session", &idle, "-o", "json"]);
+    assert!(
+        text(&events.stdout).contains("idle for 2 s"),
+        "{}",
+        text(&events.stdout)
+    );
+    for id in [&batch, &kept] {
+        assert!(cli(&["session", "cancel", id]).status.success());
+    }
+}
+
+#[test]
+fn a_manager_restart_with_agents_connected_loses_no_running_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = dir.path().join("data");
+    let start_server = || {
+        let p = Proc(
+            Command::new(CORRAL)
+                .args(["server", "--data-dir"])
+                .arg(&data)
+                .args([
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--heartbeat-secs",
+                    "1",
+                    "--lost-after-secs",
+                    "10",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_healthy(port);
+        p
+    };
+    let mut server = start_server();
+    let token = std::fs::read_to_string(data.join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let server_url = format!("http://127.0.0.1:{port}");
+    let cli = |args: &[&str]| {
+        Command::new(CORRAL)
+            .args(args)
+            .env("CORRAL_SERVER", &server_url)
+            .env("CORRAL_TOKEN", &token)
+            .env("CORRAL_CONFIG", dir.path().join("none.toml"))
+            .output()
+            .unwrap()
+    };
+    assert!(cli(&["group", "create", "g"]).status.success());
+    let _agent = Proc(
+        Command::new(CORRAL)
+            .args([
+                "agent",
+                "--group",
+                "g",
+                "--id",
+                "a1",
+                "--capacity",
+                "cpu=1",
+                "--work-dir",
+            ])
+            .arg(dir.path().join("a1"))
+            .env("CORRAL_SERVER", &server_url)
+            .env("CORRAL_TOKEN", &token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !text(&cli(&["agent", "ls", "-o", "json"]).stdout).contains("\"alive\"") {
+        assert!(Instant::now() < deadline, "the agent did not join");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = cli(&[
+        "session",
+        "submit",
+        "--group",
+        "g",
+        "--request",
+        "cpu=1",
+        "--",
+        "sh",
+        "-c",
+        "sleep 3; echo survived",
+    ]);
+    let id = text(&out.stdout).trim().to_string();
+    let state = |id: &str| -> serde_json::Value {
+        serde_json::from_slice(&cli(&["session", "get", id, "-o", "json"]).stdout)
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while state(&id)["state"] != "running" {
+        assert!(Instant::now() < deadline, "never ran: {}", state(&id));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.0.kill().unwrap(); // SIGKILL, while the session runs
+    server.0.wait().unwrap();
+    drop(server);
+    let _server = start_server();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = state(&id);
+        if s["state"] == "succeeded" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session did not survive the restart: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(text(&cli(&["session", "logs", &id]).stdout), "survived\n");
+}

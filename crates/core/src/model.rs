@@ -83,6 +83,61 @@ pub struct ScalingPolicy {
     pub max_launches_per_pass: u32,
     /// What becomes of the sessions of an agent that misses its heartbeats.
     pub on_agent_lost: OnAgentLost,
+    /// When running sessions are ended by the group rather than by themselves.
+    pub termination: Termination,
+}
+
+/// When the group ends running sessions: interactive ones left idle, and any past a lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Termination {
+    pub mode: TerminationMode,
+    /// With `idle`: an interactive session nobody used for this long is ended.
+    pub idle_timeout_secs: u64,
+    /// Any running session is ended after this long, whatever its type.
+    pub max_lifetime_secs: Option<u64>,
+}
+
+impl Default for Termination {
+    fn default() -> Self {
+        Termination {
+            mode: TerminationMode::Persistent,
+            idle_timeout_secs: 3600,
+            max_lifetime_secs: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminationMode {
+    /// Sessions run until they end or are cancelled.
+    #[default]
+    Persistent,
+    /// Interactive sessions with no activity (API use, log reads, output reads) for
+    /// `idle_timeout_secs` are ended. Batch sessions end on their own.
+    Idle,
+}
+
+impl Termination {
+    /// Why a running session should end now, if it should: `started` and `active` are when it
+    /// started and was last used.
+    pub fn ends(
+        &self,
+        kind: SessionType,
+        started: Timestamp,
+        active: Timestamp,
+        now: Timestamp,
+    ) -> Option<String> {
+        if let Some(max) = self.max_lifetime_secs {
+            if started.plus_secs(max) <= now {
+                return Some(format!("ran for its maximum lifetime of {max} s"));
+            }
+        }
+        let idle = self.mode == TerminationMode::Idle && kind == SessionType::Interactive;
+        (idle && active.plus_secs(self.idle_timeout_secs) <= now)
+            .then(|| format!("idle for {} s", self.idle_timeout_secs))
+    }
 }
 
 /// What becomes of the sessions of a lost agent.
@@ -107,6 +162,7 @@ impl Default for ScalingPolicy {
             cooldown_secs: 60,
             max_launches_per_pass: 1000,
             on_agent_lost: OnAgentLost::Requeue,
+            termination: Termination::default(),
         }
     }
 }
@@ -321,4 +377,41 @@ pub struct InFlight {
     pub count: u32,
     #[serde(default)]
     pub since: Timestamp,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn termination_ends_idle_interactive_sessions_and_any_past_their_lifetime() {
+        let idle = Termination {
+            mode: TerminationMode::Idle,
+            idle_timeout_secs: 60,
+            max_lifetime_secs: Some(3600),
+        };
+        let t = |s: i64| Timestamp(s * 1000);
+        assert_eq!(
+            idle.ends(SessionType::Interactive, t(0), t(10), t(69)),
+            None
+        );
+        assert_eq!(
+            idle.ends(SessionType::Interactive, t(0), t(10), t(70)),
+            Some("idle for 60 s".into())
+        );
+        assert_eq!(
+            idle.ends(SessionType::Batch, t(0), t(10), t(70)),
+            None,
+            "batch sessions end on their own"
+        );
+        assert_eq!(
+            idle.ends(SessionType::Batch, t(0), t(3000), t(3600)),
+            Some("ran for its maximum lifetime of 3600 s".into())
+        );
+        let persistent = Termination::default();
+        assert_eq!(
+            persistent.ends(SessionType::Interactive, t(0), t(0), t(1_000_000)),
+            None
+        );
+    }
 }

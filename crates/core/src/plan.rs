@@ -52,6 +52,7 @@ pub struct GroupSpec {
     pub cooldown_secs: Option<u64>,
     pub max_launches_per_pass: Option<u32>,
     pub on_agent_lost: Option<OnAgentLost>,
+    pub termination: Option<Termination>,
 }
 
 /// A problem that cannot be planned, naming what is wrong.
@@ -128,6 +129,7 @@ impl Problem {
                 cooldown_secs: g.cooldown_secs.unwrap_or(d.cooldown_secs),
                 max_launches_per_pass: g.max_launches_per_pass.unwrap_or(d.max_launches_per_pass),
                 on_agent_lost: g.on_agent_lost.unwrap_or(d.on_agent_lost),
+                termination: g.termination.unwrap_or(d.termination),
             },
             scheduler: SchedulerConfig {
                 sequencer: g.scheduler.unwrap_or_default(),

@@ -522,3 +522,60 @@ pub async fn watch_liveness(app: App) {
         }
     }
 }
+
+/// Ends running sessions as their group's termination policy says: interactive sessions idle
+/// past the timeout, any session past its maximum lifetime.
+pub async fn watch_termination(app: App) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if let Err(e) = terminate_due(&app).await {
+            tracing::warn!(error = %e, "termination check failed");
+        }
+    }
+}
+
+async fn terminate_due(app: &App) -> Result<(), corral_store::StoreError> {
+    let now = now();
+    for group in app.store.list_groups().await? {
+        let t = group.policy.termination;
+        if t.mode == corral_core::TerminationMode::Persistent && t.max_lifetime_secs.is_none() {
+            continue;
+        }
+        let mut after = None;
+        loop {
+            let filter = SessionFilter {
+                group: Some(group.name.clone()),
+                state: Some(SessionState::Running),
+                limit: Some(1000),
+                after_id: after.clone(),
+                ..Default::default()
+            };
+            let page = app.store.list_sessions(&filter).await?;
+            for r in &page {
+                let started = r.started_at.unwrap_or(r.updated_at);
+                let active = r.last_activity.unwrap_or(started);
+                if let Some(why) = t.ends(r.session.kind, started, active, now) {
+                    let reason = format!("ended by the group's policy: {why}");
+                    match app
+                        .store
+                        .end_session(&r.session.id.0, SessionState::Cancelled, now, &reason)
+                        .await
+                    {
+                        Ok(_) | Err(corral_store::StoreError::Conflict { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    tracing::info!(session = r.session.id.0, reason, "terminated");
+                    if let Some(agent) = &r.session.agent {
+                        app.control.wake_agent(&agent.0);
+                    }
+                    app.control.wake(&group.name);
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == 1000 => after = Some(last.session.id.0.clone()),
+                _ => break,
+            }
+        }
+    }
+    Ok(())
+}

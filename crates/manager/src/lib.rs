@@ -1,6 +1,7 @@
 //! Corral's manager: the REST API under `/api/v1`, the per-group control loop, and auth. All
 //! state lives in the store; the manager itself can be killed at any moment.
 
+mod activity;
 pub mod agents;
 pub mod api;
 pub mod auth;
@@ -83,6 +84,7 @@ pub struct App {
     data_dir: PathBuf,
     heartbeat: Duration,
     lost_after: Duration,
+    activity: Arc<activity::Activity>,
 }
 
 pub fn now() -> Timestamp {
@@ -112,8 +114,10 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         data_dir: config.data_dir.clone(),
         heartbeat: config.heartbeat,
         lost_after: config.lost_after,
+        activity: Arc::default(),
     };
     tokio::spawn(agents::watch_liveness(app.clone()));
+    tokio::spawn(agents::watch_termination(app.clone()));
     Ok(app)
 }
 

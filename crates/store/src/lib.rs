@@ -47,6 +47,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0002_exit_code.sql"),
         include_str!("../migrations/postgres/0002_exit_code.sql"),
     ),
+    (
+        3,
+        "activity",
+        include_str!("../migrations/sqlite/0003_activity.sql"),
+        include_str!("../migrations/postgres/0003_activity.sql"),
+    ),
 ];
 
 /// How long a SQLite connection waits for another process's write lock before failing.

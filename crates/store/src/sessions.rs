@@ -24,7 +24,8 @@ macro_rules! session_columns {
     () => {
         concat!(
             core_session_columns!(),
-            ", allocation, updated_at, wait_reason, end_reason, spec, exit_code"
+            ", allocation, updated_at, wait_reason, end_reason, spec, exit_code, started_at, \
+             last_activity"
         )
     };
 }
@@ -43,6 +44,10 @@ pub struct SessionRecord {
     pub end_reason: Option<String>,
     /// The exit code its command ended with, once it ran.
     pub exit_code: Option<i32>,
+    /// When its agent reported it running.
+    pub started_at: Option<Timestamp>,
+    /// The last time someone used it through the API (for the idle policy).
+    pub last_activity: Option<Timestamp>,
     /// When its state last changed.
     pub updated_at: Timestamp,
     /// Its state changes, oldest first; filled by `get_session`, empty in lists.
@@ -99,6 +104,8 @@ fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
             .opt_int("exit_code")?
             .map(|c| i32::try_from(c).map_err(|_| StoreError::Corrupt(format!("exit code {c}"))))
             .transpose()?,
+        started_at: f.opt_time("started_at")?,
+        last_activity: f.opt_time("last_activity")?,
         updated_at: f.time("updated_at")?,
         history: Vec::new(),
     })
@@ -385,12 +392,22 @@ impl Store {
         Ok(ended)
     }
 
+    /// Someone used the session through the API: its idle time starts again.
+    pub async fn touch_session(&self, id: &str, now: Timestamp) -> Result<()> {
+        sqlx::query("UPDATE sessions SET last_activity = $2 WHERE id = $1 AND state = 'running'")
+            .bind(id)
+            .bind(now.0)
+            .execute(&self.write)
+            .await?;
+        Ok(())
+    }
+
     /// A scheduled session has started on its agent. `Conflict` unless it was scheduled.
     pub async fn start_session(&self, id: &str, now: Timestamp) -> Result<()> {
         let mut tx = self.write_tx().await?;
         let done = sqlx::query(
-            "UPDATE sessions SET state = 'running', updated_at = $2 \
-             WHERE id = $1 AND state = 'scheduled'",
+            "UPDATE sessions SET state = 'running', updated_at = $2, started_at = $2, \
+             last_activity = $2 WHERE id = $1 AND state = 'scheduled'",
         )
         .bind(id)
         .bind(now.0)

@@ -1,0 +1,640 @@
+//! `corral bench agent`: the agent protocol under measurement.
+//!
+//! 1. Start latency: a manager and a real agent (process runtime) run in this process; sessions
+//!    are submitted one at a time to the warm agent, idle in its long poll, and each session's
+//!    process prints its own start time, so submit → start is read on one clock.
+//! 2. Heartbeats: a manager runs as a child process (its CPU read from `/proc`), and thousands of
+//!    simulated agents in this process join and then long-poll their syncs, each answer held up
+//!    to the heartbeat: the manager's CPU per heartbeating agent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// The group both cases create.
+const GROUP: &str = "bench";
+/// How often agents sync when nothing happens, in both cases.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+/// Silence after which the manager marks an agent lost.
+const LOST_AFTER: Duration = Duration::from_secs(30);
+/// How often the client polls a session's state.
+const POLL: Duration = Duration::from_millis(5);
+/// Pause between sessions, so the agent is back in its long poll when the next one comes.
+const IDLE: Duration = Duration::from_millis(50);
+/// Longest any one session may take, submit to end.
+const SESSION_DEADLINE: Duration = Duration::from_secs(30);
+/// Agents that join at once.
+const JOIN_BATCH: usize = 200;
+/// File descriptors kept beside one socket per agent (database, logs, listeners).
+const FD_MARGIN: u64 = 256;
+
+pub async fn run(sessions: usize, agents: usize, window_secs: u64) -> Result<()> {
+    if sessions > 0 {
+        start_latency(sessions)
+            .await
+            .context("case agent_start (submit to process start)")?;
+    }
+    if agents > 0 {
+        heartbeats(agents, window_secs.max(1))
+            .await
+            .context("case agent_heartbeat (simulated agents)")?;
+    }
+    Ok(())
+}
+
+/// The REST API as an admin.
+struct Api {
+    base: String,
+    token: String,
+    client: reqwest::Client,
+}
+
+impl Api {
+    async fn send(&self, req: reqwest::RequestBuilder, what: &str) -> Result<reqwest::Response> {
+        let resp = req.bearer_auth(&self.token).send().await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            bail!("{what}: {status}: {body}");
+        }
+        Ok(resp)
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
+        let req = self.client.post(format!("{}{path}", self.base)).json(body);
+        Ok(self
+            .send(req, &format!("POST {path}"))
+            .await?
+            .json()
+            .await?)
+    }
+
+    async fn get(&self, path: &str) -> Result<Value> {
+        let req = self.client.get(format!("{}{path}", self.base));
+        Ok(self.send(req, &format!("GET {path}")).await?.json().await?)
+    }
+
+    async fn get_text(&self, path: &str) -> Result<String> {
+        let req = self.client.get(format!("{}{path}", self.base));
+        Ok(self.send(req, &format!("GET {path}")).await?.text().await?)
+    }
+}
+
+/// A task aborted when dropped, so an early return leaves nothing running.
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+fn epoch_nanos() -> Result<i128> {
+    Ok(SystemTime::now().duration_since(UNIX_EPOCH)?.as_nanos() as i128)
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn sorted(mut v: Vec<f64>) -> Vec<f64> {
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// Case 1: submit → process start on a warm agent, process runtime.
+async fn start_latency(count: usize) -> Result<()> {
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let data_dir = dir.path().join("manager");
+    std::fs::create_dir_all(&data_dir)?;
+    let config = corral_manager::Config {
+        data_dir: data_dir.clone(),
+        listen: "127.0.0.1:0".parse()?,
+        heartbeat: HEARTBEAT,
+        lost_after: LOST_AFTER,
+        ..Default::default()
+    };
+    let app = corral_manager::start(&config).await?;
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let _server = AbortOnDrop(tokio::spawn(corral_manager::serve_on(
+        listener,
+        app,
+        std::future::pending(),
+    )));
+    let token = std::fs::read_to_string(data_dir.join("admin.token"))?
+        .trim()
+        .to_string();
+    let api = Api {
+        base: base.clone(),
+        token: token.clone(),
+        client: reqwest::Client::new(),
+    };
+    api.post(
+        "/api/v1/groups",
+        &json!({"name": GROUP, "policy": {"kind": "fixed"}}),
+    )
+    .await?;
+
+    let agent_id = "bench-agent";
+    let agent_config = corral_agent::Config {
+        manager: base,
+        token,
+        id: agent_id.into(),
+        group: GROUP.into(),
+        capacity: Some("cpu=4".parse()?),
+        labels: BTreeMap::new(),
+        work_root: dir.path().join("agent"),
+        nvidia_smi: "nvidia-smi".into(),
+        stop_grace: Duration::from_secs(1),
+    };
+    let runtime =
+        corral_runtime::Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()));
+    let agent = AbortOnDrop(tokio::spawn(corral_agent::run(
+        agent_config,
+        runtime,
+        std::future::pending(),
+    )));
+    // Warm: joined, and idle in its long poll.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = api
+            .client
+            .get(format!("{}/api/v1/agents/{agent_id}", api.base))
+            .bearer_auth(&api.token)
+            .send()
+            .await?;
+        if resp.status().is_success() {
+            let a: Value = resp.json().await?;
+            if a["state"] == "alive" {
+                break;
+            }
+        }
+        if agent.0.is_finished() {
+            bail!("the agent stopped before joining");
+        }
+        if Instant::now() > deadline {
+            bail!("the agent did not join within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let body = json!({
+        "group": GROUP,
+        "type": "batch",
+        "command": ["sh", "-c", "date +%s%N"],
+        "request": "cpu=1",
+    });
+    let mut starts = Vec::with_capacity(count);
+    let mut ends = Vec::with_capacity(count);
+    let mut placed = Vec::with_capacity(count);
+    for _ in 0..count {
+        let submitted = epoch_nanos()?;
+        let t0 = Instant::now();
+        let answer = api.post("/api/v1/sessions", &body).await?;
+        let id = answer["id"]
+            .as_str()
+            .context("submit answered without an id")?
+            .to_string();
+        let view = loop {
+            let v = api.get(&format!("/api/v1/sessions/{id}")).await?;
+            match v["state"].as_str() {
+                Some("succeeded") => break v,
+                Some("pending" | "scheduled" | "running") => {}
+                other => bail!(
+                    "session {id} ended {}: {}",
+                    other.unwrap_or("?"),
+                    v["end_reason"]
+                ),
+            }
+            if t0.elapsed() > SESSION_DEADLINE {
+                bail!(
+                    "session {id} still {} {} s after submit",
+                    v["state"],
+                    SESSION_DEADLINE.as_secs()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        ends.push(t0.elapsed().as_secs_f64() * 1e3);
+        let out = api
+            .get_text(&format!("/api/v1/sessions/{id}/logs/stdout"))
+            .await?;
+        let started: i128 = out
+            .trim()
+            .parse()
+            .with_context(|| format!("session {id} printed {out:?}, not a time in ns"))?;
+        starts.push((started - submitted) as f64 / 1e6);
+        // When the manager placed it, on its own (ms) clock.
+        let scheduled = view["history"].as_array().and_then(|h| {
+            h.iter()
+                .find(|e| e["state"] == "scheduled")
+                .and_then(|e| e["at"].as_i64())
+        });
+        if let Some(at) = scheduled {
+            placed.push(at as f64 - submitted as f64 / 1e6);
+        }
+        tokio::time::sleep(IDLE).await;
+    }
+    let starts = sorted(starts);
+    let ends = sorted(ends);
+    let placed = sorted(placed);
+    println!("agent_start_p50 {:.1} ms", percentile(&starts, 0.5));
+    println!("agent_start_p99 {:.1} ms", percentile(&starts, 0.99));
+    eprintln!(
+        "# {count} sessions one at a time on a warm agent: submit to process start min {:.1} ms, max {:.1} ms; submit to succeeded (seen by the client, polling every {} ms) p50 {:.1} ms, p99 {:.1} ms",
+        starts[0],
+        starts[starts.len() - 1],
+        POLL.as_millis(),
+        percentile(&ends, 0.5),
+        percentile(&ends, 0.99),
+    );
+    if !placed.is_empty() {
+        eprintln!(
+            "# of which submit to placed (the manager's ms clock) p50 {:.1} ms, p99 {:.1} ms",
+            percentile(&placed, 0.5),
+            percentile(&placed, 0.99),
+        );
+    }
+    Ok(())
+}
+
+/// A manager in a child process, killed when dropped.
+struct ChildManager {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl ChildManager {
+    /// The last lines the manager logged, for errors.
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// User plus system CPU time it used so far.
+    fn cpu(&self) -> Result<Duration> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .context("reading the manager's /proc/PID/stat")?;
+        // Fields after the command name in parentheses, starting at field 3 (state): utime is
+        // field 14 and stime field 15, in clock ticks.
+        let rest = &stat[stat.rfind(')').context("malformed /proc/PID/stat")? + 1..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = fields
+            .get(11..13)
+            .context("short /proc/PID/stat")?
+            .iter()
+            .map(|f| f.parse::<u64>())
+            .sum::<Result<u64, _>>()?;
+        // SAFETY: sysconf only reads a configuration value.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if hz <= 0 {
+            bail!("sysconf(_SC_CLK_TCK) failed");
+        }
+        Ok(Duration::from_secs_f64(ticks as f64 / hz as f64))
+    }
+
+    /// Its resident memory, from /proc/PID/status.
+    fn rss_mib(&self) -> Option<f64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib / 1024.0)
+    }
+}
+
+impl Drop for ChildManager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit (children inherit it); returns it.
+fn raise_nofile() -> Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("getrlimit(RLIMIT_NOFILE)");
+    }
+    let mut target = lim.rlim_max;
+    if target == libc::RLIM_INFINITY {
+        // The kernel caps open files at fs.nr_open however high the hard limit is.
+        target = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(1 << 20);
+    }
+    if lim.rlim_cur < target {
+        lim.rlim_cur = target;
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("setrlimit(RLIMIT_NOFILE)");
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// What the simulated agents count together.
+#[derive(Default)]
+struct SimStats {
+    syncs: AtomicU64,
+    failures: AtomicU64,
+    /// Longest time between two syncs sent by one agent, in ms: what the manager sees as
+    /// silence.
+    max_gap_ms: AtomicU64,
+    /// Longest sync answer, in ms (held up to the heartbeat, then the manager's own delay).
+    max_answer_ms: AtomicU64,
+    first_failure: Mutex<Option<String>>,
+}
+
+impl SimStats {
+    fn fail(&self, why: String) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_failure.lock().unwrap_or_else(|p| p.into_inner());
+        first.get_or_insert(why);
+    }
+}
+
+/// One simulated agent: syncs with nothing to report, each answer held up to the heartbeat.
+async fn sim_agent(client: reqwest::Client, url: String, token: String, stats: Arc<SimStats>) {
+    let body = json!({"sessions": [], "wait_secs": HEARTBEAT.as_secs()});
+    let mut last: Option<Instant> = None;
+    loop {
+        let sent = Instant::now();
+        if let Some(prev) = last {
+            let gap = (sent - prev).as_millis() as u64;
+            stats.max_gap_ms.fetch_max(gap, Ordering::Relaxed);
+        }
+        last = Some(sent);
+        let result = client
+            .post(&url)
+            .bearer_auth(&token)
+            .json(&body)
+            .timeout(HEARTBEAT + Duration::from_secs(25))
+            .send()
+            .await;
+        let ok = match result {
+            Ok(resp) if resp.status().is_success() => resp.bytes().await.map_err(|e| e.to_string()),
+            Ok(resp) => Err(format!(
+                "{}: {}",
+                resp.status(),
+                resp.text().await.unwrap_or_default()
+            )),
+            Err(e) => Err(e.to_string()),
+        };
+        match ok {
+            Ok(_) => {
+                stats.syncs.fetch_add(1, Ordering::Relaxed);
+                let answer = sent.elapsed().as_millis() as u64;
+                stats.max_answer_ms.fetch_max(answer, Ordering::Relaxed);
+            }
+            Err(why) => {
+                stats.fail(format!("{url}: {why}"));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Joins agent `sim-<i>` (retrying twice) and returns its own token.
+async fn join(api: &Api, i: usize) -> Result<String> {
+    let body = json!({"id": format!("sim-{i}"), "group": GROUP, "capacity": "cpu=1"});
+    let mut attempt = 0;
+    loop {
+        match api.post("/api/v1/agents/join", &body).await {
+            Ok(answer) => {
+                return answer["token"]
+                    .as_str()
+                    .map(str::to_string)
+                    .context("join answered without a token")
+            }
+            Err(e) if attempt >= 2 => return Err(e.context(format!("joining sim-{i}"))),
+            Err(_) => {
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
+/// Case 2: how much CPU one manager spends on `agents` heartbeating agents.
+async fn heartbeats(agents: usize, window_secs: u64) -> Result<()> {
+    let limit = raise_nofile()?;
+    let needed = agents as u64 + FD_MARGIN;
+    let agents = if limit < needed {
+        let fit = limit.saturating_sub(FD_MARGIN) as usize;
+        eprintln!(
+            "# the open-file hard limit is {limit}, below the {needed} that {agents} agents need (one socket each, in this process and in the manager): measuring {fit} agents instead; raise it (ulimit -Hn, LimitNOFILE) for more"
+        );
+        fit
+    } else {
+        agents
+    };
+    if agents == 0 {
+        bail!("the open-file limit ({limit}) leaves room for no agent");
+    }
+
+    let dir = tempfile::tempdir().context("temporary directory")?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let log = dir.path().join("manager.log");
+    let log_file = std::fs::File::create(&log)?;
+    let child = Command::new(std::env::current_exe().context("finding this executable")?)
+        .args(["server", "--data-dir"])
+        .arg(dir.path())
+        .args(["--listen", &listen])
+        .args(["--heartbeat-secs", &HEARTBEAT.as_secs().to_string()])
+        .args(["--lost-after-secs", &LOST_AFTER.as_secs().to_string()])
+        // SQLite in the data directory, whatever this shell points at.
+        .env_remove("CORRAL_DATABASE_URL")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .spawn()
+        .context("starting the manager")?;
+    let mut manager = ChildManager { child, log };
+    let result = heartbeats_with(&mut manager, dir.path(), &listen, agents, window_secs).await;
+    result.with_context(|| format!("the manager's last log lines:\n{}", manager.log_tail()))
+}
+
+async fn heartbeats_with(
+    manager: &mut ChildManager,
+    data_dir: &Path,
+    listen: &str,
+    agents: usize,
+    window_secs: u64,
+) -> Result<()> {
+    let base = format!("http://{listen}");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(usize::MAX)
+        .timeout(Duration::from_secs(60))
+        .build()?;
+
+    // Ready: the admin token written and the API answering.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let token = loop {
+        if let Some(status) = manager.child.try_wait()? {
+            bail!("the manager exited at start ({status})");
+        }
+        if let Ok(t) = std::fs::read_to_string(data_dir.join("admin.token")) {
+            let t = t.trim().to_string();
+            let up = client
+                .get(format!("{base}/api/v1/groups"))
+                .bearer_auth(&t)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if up {
+                break t;
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the manager did not answer within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let api = Arc::new(Api {
+        base: base.clone(),
+        token,
+        client: client.clone(),
+    });
+    api.post(
+        "/api/v1/groups",
+        &json!({"name": GROUP, "policy": {"kind": "fixed"}}),
+    )
+    .await?;
+
+    // Join in batches; each agent starts syncing as soon as it joined.
+    let stats = Arc::new(SimStats::default());
+    let mut sims = Vec::with_capacity(agents);
+    let joining = Instant::now();
+    let join_deadline = Duration::from_secs(600);
+    for first in (0..agents).step_by(JOIN_BATCH) {
+        let mut batch = JoinSet::new();
+        for i in first..(first + JOIN_BATCH).min(agents) {
+            let api = api.clone();
+            batch.spawn(async move { join(&api, i).await.map(|t| (i, t)) });
+        }
+        while let Some(joined) = batch.join_next().await {
+            let (i, token) = joined??;
+            let url = format!("{base}/api/v1/agents/sim-{i}/sync");
+            sims.push(AbortOnDrop(tokio::spawn(sim_agent(
+                client.clone(),
+                url,
+                token,
+                stats.clone(),
+            ))));
+        }
+        if let Some(status) = manager.child.try_wait()? {
+            bail!("the manager exited while agents joined ({status})");
+        }
+        if joining.elapsed() > join_deadline {
+            bail!(
+                "only {} of {agents} agents joined in {} s",
+                sims.len(),
+                join_deadline.as_secs()
+            );
+        }
+    }
+    let joined_secs = joining.elapsed().as_secs_f64();
+    eprintln!(
+        "# {agents} agents joined in {joined_secs:.1} s ({:.0} joins/s, {JOIN_BATCH} at a time)",
+        agents as f64 / joined_secs
+    );
+
+    // One heartbeat and a bit for the join burst to settle, then the window.
+    tokio::time::sleep(HEARTBEAT + Duration::from_secs(1)).await;
+    let failures_before = stats.failures.load(Ordering::Relaxed);
+    let syncs_before = stats.syncs.load(Ordering::Relaxed);
+    let cpu_before = manager.cpu()?;
+    let wall = Instant::now();
+    tokio::time::sleep(Duration::from_secs(window_secs)).await;
+    let cpu = manager.cpu()? - cpu_before;
+    let wall = wall.elapsed();
+    let syncs = stats.syncs.load(Ordering::Relaxed) - syncs_before;
+    let failures_in_window = stats.failures.load(Ordering::Relaxed) - failures_before;
+    let cores = cpu.as_secs_f64() / wall.as_secs_f64();
+    if let Some(status) = manager.child.try_wait()? {
+        bail!("the manager exited during the window ({status})");
+    }
+
+    // Nobody lost, as the manager sees it.
+    let list = api
+        .get(&format!("/api/v1/agents?group={GROUP}"))
+        .await
+        .context("listing the agents")?;
+    let mut states: BTreeMap<String, usize> = BTreeMap::new();
+    for a in list.as_array().context("the agent list is no list")? {
+        *states
+            .entry(a["state"].as_str().unwrap_or("?").to_string())
+            .or_default() += 1;
+    }
+    let alive = states.get("alive").copied().unwrap_or(0);
+    drop(sims);
+
+    println!("agent_heartbeat_agents {agents} agents");
+    println!("agent_heartbeat_manager_cpu {cores:.3} cores");
+    eprintln!(
+        "# manager CPU {:.2} s over {:.1} s; {syncs} syncs answered in the window ({:.0}/s, one per agent every {:.1} s); {:.0} agents per core; manager RSS {}",
+        cpu.as_secs_f64(),
+        wall.as_secs_f64(),
+        syncs as f64 / wall.as_secs_f64(),
+        agents as f64 * wall.as_secs_f64() / syncs.max(1) as f64,
+        if cores > 0.0 { agents as f64 / cores } else { f64::INFINITY },
+        manager
+            .rss_mib()
+            .map_or("unknown".to_string(), |m| format!("{m:.0} MiB")),
+    );
+    eprintln!(
+        "# longest silence of any agent {:.1} s (lost after {} s); longest sync answer {:.1} s (held up to {} s)",
+        stats.max_gap_ms.load(Ordering::Relaxed) as f64 / 1e3,
+        LOST_AFTER.as_secs(),
+        stats.max_answer_ms.load(Ordering::Relaxed) as f64 / 1e3,
+        HEARTBEAT.as_secs(),
+    );
+    if alive == agents && states.len() == 1 {
+        eprintln!("# all {agents} agents alive at the end");
+    } else {
+        eprintln!(
+            "# NOT all agents alive at the end: {alive} of {agents} alive; by state: {states:?}"
+        );
+    }
+    let failures = stats.failures.load(Ordering::Relaxed);
+    if failures == 0 {
+        eprintln!("# no sync failed");
+    } else {
+        let first = stats
+            .first_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default();
+        eprintln!(
+            "# {failures} syncs failed ({failures_in_window} in the window); the first: {first}"
+        );
+    }
+    if cores >= 1.0 {
+        eprintln!(
+            "# over one core: at this rate about {:.0} agents fit under one core",
+            agents as f64 / cores
+        );
+    }
+    Ok(())
+}
