@@ -192,6 +192,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             image: None,
             command: Vec::new(),
             environment: BTreeMap::new(),
+            inputs: Vec::new(),
             outputs: Vec::new(),
             allocation: Slots::new(),
         };
@@ -299,6 +300,18 @@ fn spec_of(a: &Assignment) -> SessionSpec {
 async fn start(agent: &Arc<Agent>, a: Assignment) {
     if lock(&agent.running).contains_key(&a.id) {
         return; // Already started; the manager had not heard yet.
+    }
+    if let Err(why) = fetch_inputs(agent, &a).await {
+        tracing::warn!(session = a.id, why, "inputs not staged");
+        let report = SessionReport {
+            id: a.id,
+            state: ReportedState::Failed,
+            exit_code: None,
+            reason: Some(format!("could not stage its inputs: {why}")),
+        };
+        lock(&agent.ended.reports).push(report);
+        agent.ended.bell.notify_waiters();
+        return;
     }
     match agent
         .runtime
@@ -439,4 +452,43 @@ async fn flush_logs(agent: &Agent, id: &str) {
             Err(e) => tracing::debug!(session = id, error = %e, "log upload failed"),
         }
     }
+}
+
+/// Downloads the session's inputs into its working directory before it starts.
+async fn fetch_inputs(agent: &Agent, a: &Assignment) -> Result<(), String> {
+    let token = lock(&agent.token).clone();
+    let work = corral_runtime::SessionPaths::new(&agent.config.work_root, &a.id).work;
+    for input in &a.inputs {
+        let rel = std::path::Path::new(input);
+        if !rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(format!("{input:?} leaves the working directory"));
+        }
+        let url = format!(
+            "{}/api/v1/agents/{}/sessions/{}/inputs/{input}",
+            agent.client.base, agent.config.id, a.id
+        );
+        let resp = agent
+            .client
+            .http
+            .get(&url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .map_err(|e| format!("{input}: {e}"))?;
+        let data = resp.bytes().await.map_err(|e| format!("{input}: {e}"))?;
+        let target = work.join(rel);
+        if let Some(parent) = target.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| format!("{input}: {e}"))?;
+        }
+        tokio::fs::write(&target, &data)
+            .await
+            .map_err(|e| format!("{input}: {e}"))?;
+    }
+    Ok(())
 }

@@ -104,6 +104,12 @@ fn dev_runs_a_session_and_returns_its_output_and_exit_code() {
         text(&out.stderr)
     );
 
+    // Inputs go in before it starts.
+    let input = dir.path().join("numbers.txt");
+    std::fs::write(&input, "1\n2\n3\n").unwrap();
+    let out = corral(dir.path(), &["session", "run", "--input", input.to_str().unwrap(), "--", "wc", "-l", "numbers.txt"]);
+    assert_eq!((text(&out.stdout).trim(), out.status.code()), ("3 numbers.txt", Some(0)), "{}", text(&out.stderr));
+
     // Outputs come back through the API.
     let out = corral(
         dir.path(),

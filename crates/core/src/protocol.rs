@@ -76,6 +76,9 @@ pub struct Assignment {
     pub image: Option<String>,
     pub command: Vec<String>,
     pub environment: BTreeMap<String, String>,
+    /// Files to fetch from the manager into the working directory before it starts.
+    #[serde(default)]
+    pub inputs: Vec<String>,
     pub outputs: Vec<String>,
     /// What it holds on the agent: its limits.
     pub allocation: Slots,

@@ -42,6 +42,14 @@ pub fn routes() -> Router<App> {
             "/api/v1/agents/{id}/sessions/{session}/outputs/{*path}",
             put(put_output).layer(DefaultBodyLimit::max(MAX_OUTPUT)),
         )
+        .route(
+            "/api/v1/sessions/{id}/inputs/{*path}",
+            put(put_input).layer(DefaultBodyLimit::max(MAX_OUTPUT)),
+        )
+        .route(
+            "/api/v1/agents/{id}/sessions/{session}/inputs/{*path}",
+            get(get_input),
+        )
         .route("/api/v1/sessions/{id}/logs/{stream}", get(read_log))
         .route("/api/v1/sessions/{id}/outputs", get(list_outputs))
         .route("/api/v1/sessions/{id}/outputs/{*path}", get(get_output))
@@ -269,16 +277,27 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
         .into_iter()
         .filter(|r| !running.contains(&r.session.id.0))
         .map(|r| {
-            let spec: crate::api::Spec = serde_json::from_value(r.spec).unwrap_or_default();
-            Assignment {
-                id: r.session.id.0,
-                kind: r.session.kind,
-                image: r.session.image,
-                command: spec.command,
-                environment: spec.environment,
-                outputs: spec.outputs,
-                allocation: r.allocation.unwrap_or_else(Slots::new),
-            }
+            let spec: crate::api::Spec = serde_json::from_value(r.spec.clone()).unwrap_or_default();
+            (r, spec)
+        })
+        // A session starts once every input it names has been uploaded.
+        .filter(|(r, spec)| {
+            spec.inputs.iter().all(|i| {
+                session_dir(app, &r.session.id.0)
+                    .join("inputs")
+                    .join(i)
+                    .is_file()
+            })
+        })
+        .map(|(r, spec)| Assignment {
+            id: r.session.id.0,
+            kind: r.session.kind,
+            image: r.session.image,
+            command: spec.command,
+            environment: spec.environment,
+            inputs: spec.inputs,
+            outputs: spec.outputs,
+            allocation: r.allocation.unwrap_or_else(Slots::new),
         })
         .collect())
 }
@@ -372,6 +391,82 @@ async fn append_log(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// A user uploads one of the inputs their session names; it starts once all are there.
+async fn put_input(
+    State(app): State<App>,
+    caller: Caller,
+    Path((id, path)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode> {
+    let rel = check_relative(&path)?;
+    let record = crate::api::own_session(&app, &caller, &id).await?;
+    let spec: crate::api::Spec = serde_json::from_value(record.spec).unwrap_or_default();
+    if !spec.inputs.iter().any(|i| i == &path) {
+        return Err(ApiError::invalid(
+            "path",
+            format!(
+                "session {id:?} names no input {path:?} (it names {:?})",
+                spec.inputs
+            ),
+        ));
+    }
+    if !matches!(
+        record.session.state,
+        SessionState::Pending | SessionState::Scheduled
+    ) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "refused",
+            format!("session {id:?} has already started or ended"),
+        ));
+    }
+    write_atomically(
+        &session_dir(&app, &record.session.id.0)
+            .join("inputs")
+            .join(rel),
+        &body,
+    )
+    .await?;
+    if let Some(agent) = &record.session.agent {
+        app.control.wake_agent(&agent.0);
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// An agent fetches an input of a session placed on it.
+async fn get_input(
+    State(app): State<App>,
+    caller: Caller,
+    Path((id, session, path)): Path<(String, String, String)>,
+) -> Result<impl IntoResponse> {
+    acts_as(&caller, &id)?;
+    let rel = check_relative(&path)?;
+    let record = session_on(&app, &id, &session).await?;
+    match tokio::fs::read(
+        session_dir(&app, &record.session.id.0)
+            .join("inputs")
+            .join(rel),
+    )
+    .await
+    {
+        Ok(data) => Ok(([("content-type", "application/octet-stream")], data)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(ApiError::not_found("input", &path))
+        }
+        Err(e) => Err(io_error(e)),
+    }
+}
+
+/// Writes beside, then renames: a reader never sees half a file.
+async fn write_atomically(target: &FsPath, data: &[u8]) -> Result<()> {
+    if let Some(parent) = target.parent() {
+        tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
+    }
+    let partial = target.with_extension("corral-partial");
+    tokio::fs::write(&partial, data).await.map_err(io_error)?;
+    tokio::fs::rename(&partial, target).await.map_err(io_error)
+}
+
 async fn put_output(
     State(app): State<App>,
     caller: Caller,
@@ -384,15 +479,7 @@ async fn put_output(
     let target = session_dir(&app, &record.session.id.0)
         .join("outputs")
         .join(rel);
-    if let Some(parent) = target.parent() {
-        tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
-    }
-    // Write beside, then rename: a reader never sees half a file.
-    let partial = target.with_extension("corral-partial");
-    tokio::fs::write(&partial, &body).await.map_err(io_error)?;
-    tokio::fs::rename(&partial, &target)
-        .await
-        .map_err(io_error)?;
+    write_atomically(&target, &body).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -74,6 +74,24 @@ impl Api {
         self.send(Method::DELETE, self.url(path, &[]), None).await
     }
 
+    /// Uploads a file's bytes.
+    pub async fn put_bytes(&self, path: &[&str], data: Vec<u8>) -> Result<()> {
+        let response = self
+            .client
+            .put(self.url(path, &[]))
+            .bearer_auth(&self.token)
+            .body(data)
+            .send()
+            .await
+            .map_err(|e| self.transport_error(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            return Err(self.api_error(status, &text));
+        }
+        Ok(())
+    }
+
     /// An answer that is bytes, not JSON (logs, output files).
     pub async fn get_bytes(
         &self,

@@ -15,12 +15,13 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// Submits, waits (saying on a terminal what the session waits for), prints its output as it
 /// comes, and returns its exit code.
-pub async fn run_session(api: &Api, body: Value) -> Result<i32> {
+pub async fn run_session(api: &Api, body: Value, inputs: &[String]) -> Result<i32> {
     let reply = api.post(&["sessions"], Some(&body)).await?;
     let id = reply.value["id"]
         .as_str()
         .context("the manager's answer has no session id")?
         .to_string();
+    super::session::upload_inputs(api, &id, inputs).await?;
     let progress = std::io::stderr().is_terminal();
     if progress {
         eprintln!("session {id} submitted");

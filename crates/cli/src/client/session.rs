@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
 use corral_core::Slots;
 use serde::Deserialize;
@@ -38,8 +38,9 @@ pub enum Command {
         /// An environment variable of the session; repeat for more.
         #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
         env: Vec<(String, String)>,
-        /// A file or directory staged into the session's directory; repeat for more.
-        #[arg(long = "input", value_name = "PATH")]
+        /// A local file copied into the session's working directory (under its file name)
+        /// before it starts; repeat for more.
+        #[arg(long = "input", value_name = "FILE")]
         inputs: Vec<String>,
         /// A path in the session's directory kept after it ends; repeat for more.
         #[arg(long = "output", value_name = "PATH")]
@@ -93,6 +94,10 @@ pub enum Command {
         /// An environment variable of the session; repeat for more.
         #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
         env: Vec<(String, String)>,
+        /// A local file copied into the session's working directory (under its file name)
+        /// before it starts; repeat for more.
+        #[arg(long = "input", value_name = "FILE")]
+        inputs: Vec<String>,
         /// A path in the session's directory kept after it ends; repeat for more.
         #[arg(long = "output", value_name = "PATH")]
         outputs: Vec<String>,
@@ -154,6 +159,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             image,
             request,
             env,
+            inputs,
             outputs,
             command,
         } => {
@@ -164,11 +170,11 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     .unwrap_or_else(|| "dev".into()),
             };
             let environment: BTreeMap<String, String> = env.into_iter().collect();
-            let mut body = json!({"group": group, "type": "batch", "request": request, "command": command, "environment": environment, "outputs": outputs});
+            let mut body = json!({"group": group, "type": "batch", "request": request, "command": command, "environment": environment, "inputs": input_names(&inputs)?, "outputs": outputs});
             if let Some(image) = image {
                 body["image"] = image.into();
             }
-            let code = super::run::run_session(api, body).await?;
+            let code = super::run::run_session(api, body, &inputs).await?;
             std::process::exit(code);
         }
         Command::Logs { id, follow, stderr } => super::run::logs(api, &id, stderr, follow).await?,
@@ -205,7 +211,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let environment: BTreeMap<String, String> = env.into_iter().collect();
             for (key, value) in [
                 ("command", json!(command)),
-                ("inputs", json!(inputs)),
+                ("inputs", json!(input_names(&inputs)?)),
                 ("outputs", json!(outputs)),
                 ("environment", json!(environment)),
             ] {
@@ -216,6 +222,9 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 }
             }
             let reply = api.post(&["sessions"], Some(&Value::Object(body))).await?;
+            if let Some(id) = reply.value.get("id").and_then(Value::as_str) {
+                upload_inputs(api, id, &inputs).await?;
+            }
             if !render::json(format, &reply) {
                 let id = reply
                     .value
@@ -430,4 +439,34 @@ fn print_session(s: &SessionView) {
             .collect();
         crate::table::print(&["AT", "STATE", "REASON"], &history);
     }
+}
+
+/// The names local input files have in the session's directory: their file names, distinct.
+fn input_names(inputs: &[String]) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for input in inputs {
+        let path = std::path::Path::new(input);
+        if !path.is_file() {
+            bail!("--input {input:?}: not a readable file");
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if names.contains(&name) {
+            bail!("--input {input:?}: another input is also named {name:?}");
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// Uploads the local input files of a just-submitted session; it starts once all are there.
+pub(crate) async fn upload_inputs(api: &Api, id: &str, inputs: &[String]) -> Result<()> {
+    for (input, name) in inputs.iter().zip(input_names(inputs)?) {
+        let data = std::fs::read(input).with_context(|| format!("reading {input}"))?;
+        api.put_bytes(&["sessions", id, "inputs", &name], data)
+            .await?;
+    }
+    Ok(())
 }
