@@ -42,7 +42,12 @@ pub async fn run(sessions: usize, agents: usize, window_secs: u64) -> Result<()>
             .context("case agent_start (submit to process start)")?;
     }
     if agents > 0 {
-        heartbeats(agents, window_secs.max(1))
+        // Agents' syncs may fall in phase; a window shorter than a heartbeat can miss them all.
+        let window = window_secs.max(HEARTBEAT.as_secs());
+        if window != window_secs {
+            eprintln!("# --window-secs raised to {window}: at least one heartbeat");
+        }
+        heartbeats(agents, window)
             .await
             .context("case agent_heartbeat (simulated agents)")?;
     }

@@ -107,8 +107,25 @@ fn dev_runs_a_session_and_returns_its_output_and_exit_code() {
     // Inputs go in before it starts.
     let input = dir.path().join("numbers.txt");
     std::fs::write(&input, "1\n2\n3\n").unwrap();
-    let out = corral(dir.path(), &["session", "run", "--input", input.to_str().unwrap(), "--", "wc", "-l", "numbers.txt"]);
-    assert_eq!((text(&out.stdout).trim(), out.status.code()), ("3 numbers.txt", Some(0)), "{}", text(&out.stderr));
+    let out = corral(
+        dir.path(),
+        &[
+            "session",
+            "run",
+            "--input",
+            input.to_str().unwrap(),
+            "--",
+            "wc",
+            "-l",
+            "numbers.txt",
+        ],
+    );
+    assert_eq!(
+        (text(&out.stdout).trim(), out.status.code()),
+        ("3 numbers.txt", Some(0)),
+        "{}",
+        text(&out.stderr)
+    );
 
     // Outputs come back through the API.
     let out = corral(
@@ -531,4 +548,73 @@ fn a_manager_restart_with_agents_connected_loses_no_running_session() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(text(&cli(&["session", "logs", &id]).stdout), "survived\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_runs_a_session_in_a_docker_container() {
+    if let Err(why) = corral_runtime::testing::docker_with_test_image("corral-cli-test").await {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _dev = Proc(
+        Command::new(CORRAL)
+            .args(["dev", "--runtime", "docker", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--capacity",
+                "cpu=2,mem=2GiB",
+            ])
+            .env("CORRAL_CONFIG", dir.path().join("config.toml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.path().join("config.toml").exists() {
+        assert!(Instant::now() < deadline, "corral dev did not come up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let image = corral_runtime::testing::TEST_IMAGE;
+    let out = corral(dir.path(), &["image", "put", image]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = corral(
+        dir.path(),
+        &[
+            "session",
+            "run",
+            "--image",
+            image,
+            "--output",
+            "made.txt",
+            "--",
+            "sh",
+            "-c",
+            "echo in a container; echo made > made.txt; exit 4",
+        ],
+    );
+    assert_eq!(
+        (text(&out.stdout).as_str(), out.status.code()),
+        ("in a container\n", Some(4)),
+        "{}",
+        text(&out.stderr)
+    );
+    let list: serde_json::Value =
+        serde_json::from_slice(&corral(dir.path(), &["session", "ls", "-o", "json"]).stdout)
+            .unwrap();
+    let id = list[0]["id"].as_str().unwrap().to_string();
+    let got = dir.path().join("got");
+    let out = corral(
+        dir.path(),
+        &["session", "outputs", &id, "--dir", got.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(got.join("made.txt")).unwrap(),
+        "made\n"
+    );
 }

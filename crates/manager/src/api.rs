@@ -350,7 +350,10 @@ async fn required(
         .as_deref()
         .filter(|i| !s.images.iter().any(|x| x.name == *i))
     {
-        return Err(ApiError::invalid("image", format!("no image {image:?}")));
+        return Err(ApiError::invalid(
+            "image",
+            format!("no image {image:?}; an admin registers it with `corral image put {image}`"),
+        ));
     }
     let required = s.required_for(&b.request, b.image.as_deref());
     let verdict = admit(&s, &required);
@@ -547,7 +550,10 @@ async fn submit(
         .as_deref()
         .filter(|i| !view.images.iter().any(|x| x.name == *i))
     {
-        return Err(ApiError::invalid("image", format!("no image {image:?}")));
+        return Err(ApiError::invalid(
+            "image",
+            format!("no image {image:?}; an admin registers it with `corral image put {image}`"),
+        ));
     }
     let required = view.required_for(&b.request, b.image.as_deref());
     if let Err(reason) = admit(&view, &required) {

@@ -27,6 +27,7 @@ mod docker;
 mod outputs;
 mod process;
 mod procfs;
+pub mod testing;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,75 +6,22 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use bollard::query_parameters::BuildImageOptionsBuilder;
 use corral_runtime::{
     DockerRuntime, Exit, Limits, Runtime, RuntimeError, SessionPaths, SessionSpec,
 };
-use futures_util::StreamExt;
 
-const IMAGE: &str = "corral-test-busybox:1";
-/// Where Debian's busybox-static installs its binary.
-const BUSYBOX: &str = "/bin/busybox";
-const DOCKERFILE: &str = r#"FROM scratch
-COPY busybox /bin/busybox
-RUN ["/bin/busybox", "--install", "-s", "/bin"]
-ENV PATH=/bin
-CMD ["echo", "default command"]
-"#;
+const IMAGE: &str = corral_runtime::testing::TEST_IMAGE;
 
 /// A runtime on the local daemon with the test image present, or `None` (with the reason
 /// printed) where that cannot be had.
 async fn docker(agent: &str) -> Option<DockerRuntime> {
-    let rt =
-        match tokio::time::timeout(Duration::from_secs(10), DockerRuntime::connect(agent)).await {
-            Ok(Ok(rt)) => rt,
-            Ok(Err(e)) => {
-                eprintln!("skipping: no Docker daemon answers: {e}");
-                return None;
-            }
-            Err(_) => {
-                eprintln!("skipping: the Docker daemon did not answer in 10 s");
-                return None;
-            }
-        };
-    // Tests run in parallel: one builds, the others wait for it.
-    static BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _building = BUILD.lock().await;
-    if rt.client().inspect_image(IMAGE).await.is_ok() {
-        return Some(rt);
-    }
-    let Ok(busybox) = fs::read(BUSYBOX) else {
-        eprintln!("skipping: {BUSYBOX} is missing (apt-get install busybox-static)");
-        return None;
-    };
-    let mut context = tar::Builder::new(Vec::new());
-    for (name, bytes, mode) in [
-        ("Dockerfile", DOCKERFILE.as_bytes(), 0o644),
-        ("busybox", &busybox[..], 0o755),
-    ] {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(bytes.len() as u64);
-        header.set_mode(mode);
-        header.set_cksum();
-        context.append_data(&mut header, name, bytes).unwrap();
-    }
-    let context = context.into_inner().unwrap();
-    let options = BuildImageOptionsBuilder::new().t(IMAGE).rm(true).build();
-    let mut build =
-        rt.client()
-            .build_image(options, None, Some(bollard::body_full(context.into())));
-    while let Some(step) = build.next().await {
-        match step {
-            Ok(info) => {
-                if let Some(detail) = info.error_detail {
-                    panic!("building {IMAGE}: {detail:?}");
-                }
-            }
-            Err(e) => panic!("building {IMAGE}: {e}"),
+    match corral_runtime::testing::docker_with_test_image(agent).await {
+        Ok(rt) => Some(rt),
+        Err(why) => {
+            eprintln!("skipping: {why}");
+            None
         }
     }
-    drop(build);
-    Some(rt)
 }
 
 /// A session id no earlier run left a container for.
