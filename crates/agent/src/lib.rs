@@ -220,6 +220,9 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         let heartbeat = Duration::from_secs(joined.heartbeat_secs.max(1));
         let sync_path = format!("/api/v1/agents/{}/sync", config.id);
         loop {
+            // Made before the reports are read, so an end between the read and the sync still
+            // rings it (a Notified future counts from its creation).
+            let bell = agent.ended.bell.notified();
             let ids: Vec<String> = lock(&agent.running).keys().cloned().collect();
             for id in &ids {
                 flush_logs(&agent, id).await;
@@ -243,7 +246,6 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     0
                 },
             };
-            let bell = agent.ended.bell.notified();
             let answer = tokio::select! {
                 a = agent.client.call::<SyncResponse>(&joined.token, &sync_path, &request) => a,
                 // Something ended while the sync waited: report it now.

@@ -8,8 +8,6 @@ use corral_core::plan::summarize;
 use corral_core::{cycle, planner, workload, PolicyKind};
 
 // `corral bench agent`; declared here so that main.rs need not change.
-#[path = "bench_agent.rs"]
-mod bench_agent;
 
 #[derive(Subcommand)]
 pub enum Target {
@@ -82,7 +80,7 @@ pub fn run(target: Target) -> Result<()> {
             window_secs,
         } => {
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(bench_agent::run(sessions, agents, window_secs))
+            runtime.block_on(crate::bench_agent::run(sessions, agents, window_secs))
         }
     }
 }

@@ -282,10 +282,13 @@ struct ChildManager {
 
 impl ChildManager {
     /// The last lines the manager logged, for errors.
-    fn log_tail(&self) -> String {
+    fn log_tail(&self) -> Vec<String> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(20)..].join("\n")
+        lines[lines.len().saturating_sub(20)..]
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
     }
 
     /// User plus system CPU time it used so far.
@@ -461,7 +464,19 @@ async fn heartbeats(agents: usize, window_secs: u64) -> Result<()> {
     let listen = format!("127.0.0.1:{port}");
     let log = dir.path().join("manager.log");
     let log_file = std::fs::File::create(&log)?;
-    let child = Command::new(std::env::current_exe().context("finding this executable")?)
+    let mut command = Command::new(std::env::current_exe().context("finding this executable")?);
+    // If this process dies without unwinding (SIGKILL), the manager goes with it.
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl is async-signal-safe, as code between fork and exec must be.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command
         .args(["server", "--data-dir"])
         .arg(dir.path())
         .args(["--listen", &listen])
@@ -469,6 +484,7 @@ async fn heartbeats(agents: usize, window_secs: u64) -> Result<()> {
         .args(["--lost-after-secs", &LOST_AFTER.as_secs().to_string()])
         // SQLite in the data directory, whatever this shell points at.
         .env_remove("CORRAL_DATABASE_URL")
+        .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file)
@@ -476,7 +492,13 @@ async fn heartbeats(agents: usize, window_secs: u64) -> Result<()> {
         .context("starting the manager")?;
     let mut manager = ChildManager { child, log };
     let result = heartbeats_with(&mut manager, dir.path(), &listen, agents, window_secs).await;
-    result.with_context(|| format!("the manager's last log lines:\n{}", manager.log_tail()))
+    if result.is_err() {
+        eprintln!("# the manager's last log lines:");
+        for line in manager.log_tail() {
+            eprintln!("#   {line}");
+        }
+    }
+    result
 }
 
 async fn heartbeats_with(

@@ -1,6 +1,7 @@
 //! `corral`: the single binary of Corral.
 
 mod bench;
+mod bench_agent;
 mod bench_api;
 mod client;
 mod daemons;
