@@ -160,91 +160,139 @@ fn dev_runs_a_session_and_returns_its_output_and_exit_code() {
     );
 }
 
-#[test]
-fn a_killed_agent_is_lost_and_its_session_runs_again_elsewhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let data = dir.path().join("data");
-    let server = Proc(
-        Command::new(CORRAL)
+/// A `corral server` with a short heartbeat, and agents started as separate processes.
+struct Cluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    lost_after: u32,
+    token: String,
+    server: Option<Proc>,
+}
+
+impl Cluster {
+    fn start(lost_after: u32) -> Cluster {
+        let mut c = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            port: free_port(),
+            lost_after,
+            token: String::new(),
+            server: None,
+        };
+        c.start_server();
+        c.token = std::fs::read_to_string(c.dir.path().join("data/admin.token"))
+            .unwrap()
+            .trim()
+            .to_string();
+        c
+    }
+
+    fn start_server(&mut self) {
+        let child = Command::new(CORRAL)
             .args(["server", "--data-dir"])
-            .arg(&data)
+            .arg(self.dir.path().join("data"))
             .args([
                 "--listen",
-                &format!("127.0.0.1:{port}"),
+                &format!("127.0.0.1:{}", self.port),
                 "--heartbeat-secs",
                 "1",
                 "--lost-after-secs",
-                "2",
+                &self.lost_after.to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap(),
-    );
-    wait_healthy(port);
-    let token = std::fs::read_to_string(data.join("admin.token"))
-        .unwrap()
-        .trim()
-        .to_string();
-    let server_url = format!("http://127.0.0.1:{port}");
-    let cli = |args: &[&str]| {
+            .unwrap();
+        self.server = Some(Proc(child));
+        wait_healthy(self.port);
+    }
+
+    /// SIGKILL, as a crash would.
+    fn kill_server(&mut self) {
+        drop(self.server.take());
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
         Command::new(CORRAL)
             .args(args)
-            .env("CORRAL_SERVER", &server_url)
-            .env("CORRAL_TOKEN", &token)
-            .env("CORRAL_CONFIG", dir.path().join("none.toml"))
+            .env("CORRAL_SERVER", self.url())
+            .env("CORRAL_TOKEN", &self.token)
+            .env("CORRAL_CONFIG", self.dir.path().join("none.toml"))
             .output()
             .unwrap()
-    };
-    let agent = |id: &str| {
-        Proc(
-            Command::new(CORRAL)
-                .args([
-                    "agent",
-                    "--group",
-                    "g",
-                    "--id",
-                    id,
-                    "--capacity",
-                    "cpu=1",
-                    "--work-dir",
-                ])
-                .arg(dir.path().join(id))
-                .env("CORRAL_SERVER", &server_url)
-                .env("CORRAL_TOKEN", &token)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    };
-    assert!(cli(&["group", "create", "g"]).status.success());
-    let alive = |id: &str| {
+    }
+
+    fn json(&self, args: &[&str]) -> serde_json::Value {
+        serde_json::from_slice(&self.cli(args).stdout).unwrap_or_default()
+    }
+
+    /// Starts `corral agent` for `group` and waits until it has joined.
+    fn agent(&self, id: &str, group: &str, capacity: &str) -> Proc {
+        let child = Command::new(CORRAL)
+            .args([
+                "agent",
+                "--group",
+                group,
+                "--id",
+                id,
+                "--capacity",
+                capacity,
+                "--work-dir",
+            ])
+            .arg(self.dir.path().join(id))
+            .env("CORRAL_SERVER", self.url())
+            .env("CORRAL_TOKEN", &self.token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let agent = Proc(child);
+        self.until(&format!("agent {id} joins"), || {
+            let agents = self.json(&["agent", "ls", "-o", "json"]);
+            agents
+                .as_array()
+                .is_some_and(|a| a.iter().any(|a| a["id"] == id && a["state"] == "alive"))
+                .then_some(())
+        });
+        agent
+    }
+
+    fn submit(&self, args: &[&str]) -> String {
+        let out = self.cli(&[&["session", "submit"], args].concat());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    }
+
+    /// Polls `check` until it gives a value (20 s at most).
+    fn until<T>(&self, what: &str, check: impl Fn() -> Option<T>) -> T {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let agents: serde_json::Value =
-                serde_json::from_slice(&cli(&["agent", "ls", "-o", "json"]).stdout).unwrap();
-            if agents
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|a| a["id"] == id && a["state"] == "alive")
-            {
-                return;
+            if let Some(v) = check() {
+                return v;
             }
-            assert!(
-                Instant::now() < deadline,
-                "agent {id} did not join: {agents}"
-            );
+            assert!(Instant::now() < deadline, "timed out waiting: {what}");
             std::thread::sleep(Duration::from_millis(50));
         }
-    };
-    let mut first = agent("a1");
-    alive("a1");
-    let out = cli(&[
-        "session",
-        "submit",
+    }
+
+    /// A session read the way that is not activity (a read of the session itself would be).
+    fn listed(&self, id: &str) -> serde_json::Value {
+        let list = self.json(&["session", "ls", "-o", "json"]);
+        list.as_array()
+            .and_then(|l| l.iter().find(|s| s["id"] == id).cloned())
+            .unwrap_or_default()
+    }
+}
+
+#[test]
+fn a_killed_agent_is_lost_and_its_session_runs_again_elsewhere() {
+    let c = Cluster::start(2);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let mut first = c.agent("a1", "g", "cpu=1");
+    let id = c.submit(&[
         "--group",
         "g",
         "--request",
@@ -254,89 +302,40 @@ fn a_killed_agent_is_lost_and_its_session_runs_again_elsewhere() {
         "-c",
         "sleep 1; echo done",
     ]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let id = text(&out.stdout).trim().to_string();
-    let state = |id: &str| -> serde_json::Value {
-        serde_json::from_slice(&cli(&["session", "get", id, "-o", "json"]).stdout).unwrap()
-    };
-    let until = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let s = state(&id);
-            if ok(&s) {
-                return s;
-            }
-            assert!(Instant::now() < deadline, "{what}: {s}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
-    until("running on a1", &|s| {
-        s["state"] == "running" && s["agent"] == "a1"
+    c.until("running on a1", || {
+        let s = c.listed(&id);
+        (s["state"] == "running" && s["agent"] == "a1").then_some(())
     });
     first.0.kill().unwrap(); // SIGKILL
-    let s = until("requeued after a1 was lost", &|s| s["state"] == "pending");
+    c.until("requeued after a1 was lost", || {
+        (c.listed(&id)["state"] == "pending").then_some(())
+    });
+    let s = c.json(&["session", "get", &id, "-o", "json"]);
     assert!(
         s["history"]
             .to_string()
             .contains("requeued: agent a1 was lost"),
         "{s}"
     );
-    let agents: serde_json::Value =
-        serde_json::from_slice(&cli(&["agent", "ls", "-o", "json"]).stdout).unwrap();
-    assert_eq!(agents[0]["state"], "lost");
-    let _second = agent("a2");
-    alive("a2");
-    let s = until("succeeded on a2", &|s| s["state"] == "succeeded");
-    assert_eq!(s["agent"], "a2");
-    let log = cli(&["session", "logs", &id]);
-    assert_eq!(text(&log.stdout), "done\n");
-    drop(server);
+    assert_eq!(c.json(&["agent", "ls", "-o", "json"])[0]["state"], "lost");
+    let _second = c.agent("a2", "g", "cpu=1");
+    c.until("succeeded", || {
+        (c.listed(&id)["state"] == "succeeded").then_some(())
+    });
+    assert_eq!(c.listed(&id)["agent"], "a2");
+    assert_eq!(text(&c.cli(&["session", "logs", &id]).stdout), "done\n");
 }
 
 #[test]
 fn an_idle_interactive_session_is_ended_by_the_policy_and_others_are_not() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let data = dir.path().join("data");
-    let _server = Proc(
-        Command::new(CORRAL)
-            .args(["server", "--data-dir"])
-            .arg(&data)
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--heartbeat-secs",
-                "1",
-                "--lost-after-secs",
-                "5",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_healthy(port);
-    let token = std::fs::read_to_string(data.join("admin.token"))
-        .unwrap()
-        .trim()
-        .to_string();
-    let server_url = format!("http://127.0.0.1:{port}");
-    let cli = |args: &[&str]| {
-        Command::new(CORRAL)
-            .args(args)
-            .env("CORRAL_SERVER", &server_url)
-            .env("CORRAL_TOKEN", &token)
-            .env("CORRAL_CONFIG", dir.path().join("none.toml"))
-            .output()
-            .unwrap()
-    };
-    let idle_group = dir.path().join("idle.json");
+    let c = Cluster::start(5);
+    let idle_group = c.dir.path().join("idle.json");
     std::fs::write(
         &idle_group,
         r#"{"name": "idle", "policy": {"termination": {"mode": "idle", "idle_timeout_secs": 2}}}"#,
     )
     .unwrap();
-    let out = cli(&[
+    let out = c.cli(&[
         "group",
         "create",
         "idle",
@@ -344,52 +343,13 @@ fn an_idle_interactive_session_is_ended_by_the_policy_and_others_are_not() {
         idle_group.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(cli(&["group", "create", "kept"]).status.success());
-    let mut agents = Vec::new();
-    for (id, group) in [("i1", "idle"), ("k1", "kept")] {
-        agents.push(Proc(
-            Command::new(CORRAL)
-                .args([
-                    "agent",
-                    "--group",
-                    group,
-                    "--id",
-                    id,
-                    "--capacity",
-                    "cpu=4",
-                    "--work-dir",
-                ])
-                .arg(dir.path().join(id))
-                .env("CORRAL_SERVER", &server_url)
-                .env("CORRAL_TOKEN", &token)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        ));
-    }
-    let listed = || -> Vec<serde_json::Value> {
-        serde_json::from_slice::<serde_json::Value>(&cli(&["session", "ls", "-o", "json"]).stdout)
-            .unwrap()
-            .as_array()
-            .unwrap()
-            .clone()
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while cli(&["agent", "ls", "-o", "json"])
-        .stdout
-        .windows(7)
-        .filter(|w| w == b"\"alive\"")
-        .count()
-        < 2
-    {
-        assert!(Instant::now() < deadline, "agents did not join");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(c.cli(&["group", "create", "kept"]).status.success());
+    let _agents = [
+        c.agent("i1", "idle", "cpu=4"),
+        c.agent("k1", "kept", "cpu=4"),
+    ];
     let submit = |group: &str, kind: &str| {
-        let out = cli(&[
-            "session",
-            "submit",
+        c.submit(&[
             "--group",
             group,
             "--type",
@@ -399,119 +359,44 @@ fn an_idle_interactive_session_is_ended_by_the_policy_and_others_are_not() {
             "--",
             "sleep",
             "30",
-        ]);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        text(&out.stdout).trim().to_string()
+        ])
     };
     let idle = submit("idle", "interactive");
     let batch = submit("idle", "batch");
     let kept = submit("kept", "interactive");
     // Only listing, never reading a session: a read is activity and would keep it alive.
-    let state = |id: &str| listed().into_iter().find(|s| s["id"] == id).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let s = state(&idle);
-        if s["state"] == "cancelled" {
-            assert_eq!(s["end_reason"], "ended by the group's policy: idle for 2 s");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the idle session was not ended: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let s = c.until("the idle session ends", || {
+        let s = c.listed(&idle);
+        (s["state"] == "cancelled").then_some(s)
+    });
+    assert_eq!(s["end_reason"], "ended by the group's policy: idle for 2 s");
     assert_eq!(
-        state(&batch)["state"],
+        c.listed(&batch)["state"],
         "running",
         "batch sessions end on their own"
     );
     assert_eq!(
-        state(&kept)["state"],
+        c.listed(&kept)["state"],
         "running",
         "a persistent group ends nothing"
     );
-    let events = cli(&["events", "--session", &idle, "-o", "json"]);
+    let events = c.cli(&["events", "--session", &idle, "-o", "json"]);
     assert!(
         text(&events.stdout).contains("idle for 2 s"),
         "{}",
         text(&events.stdout)
     );
     for id in [&batch, &kept] {
-        assert!(cli(&["session", "cancel", id]).status.success());
+        assert!(c.cli(&["session", "cancel", id]).status.success());
     }
 }
 
 #[test]
 fn a_manager_restart_with_agents_connected_loses_no_running_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let data = dir.path().join("data");
-    let start_server = || {
-        let p = Proc(
-            Command::new(CORRAL)
-                .args(["server", "--data-dir"])
-                .arg(&data)
-                .args([
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--heartbeat-secs",
-                    "1",
-                    "--lost-after-secs",
-                    "10",
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        wait_healthy(port);
-        p
-    };
-    let mut server = start_server();
-    let token = std::fs::read_to_string(data.join("admin.token"))
-        .unwrap()
-        .trim()
-        .to_string();
-    let server_url = format!("http://127.0.0.1:{port}");
-    let cli = |args: &[&str]| {
-        Command::new(CORRAL)
-            .args(args)
-            .env("CORRAL_SERVER", &server_url)
-            .env("CORRAL_TOKEN", &token)
-            .env("CORRAL_CONFIG", dir.path().join("none.toml"))
-            .output()
-            .unwrap()
-    };
-    assert!(cli(&["group", "create", "g"]).status.success());
-    let _agent = Proc(
-        Command::new(CORRAL)
-            .args([
-                "agent",
-                "--group",
-                "g",
-                "--id",
-                "a1",
-                "--capacity",
-                "cpu=1",
-                "--work-dir",
-            ])
-            .arg(dir.path().join("a1"))
-            .env("CORRAL_SERVER", &server_url)
-            .env("CORRAL_TOKEN", &token)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !text(&cli(&["agent", "ls", "-o", "json"]).stdout).contains("\"alive\"") {
-        assert!(Instant::now() < deadline, "the agent did not join");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = cli(&[
-        "session",
-        "submit",
+    let mut c = Cluster::start(10);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let _agent = c.agent("a1", "g", "cpu=1");
+    let id = c.submit(&[
         "--group",
         "g",
         "--request",
@@ -521,33 +406,15 @@ fn a_manager_restart_with_agents_connected_loses_no_running_session() {
         "-c",
         "sleep 3; echo survived",
     ]);
-    let id = text(&out.stdout).trim().to_string();
-    let state = |id: &str| -> serde_json::Value {
-        serde_json::from_slice(&cli(&["session", "get", id, "-o", "json"]).stdout)
-            .unwrap_or_default()
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while state(&id)["state"] != "running" {
-        assert!(Instant::now() < deadline, "never ran: {}", state(&id));
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    server.0.kill().unwrap(); // SIGKILL, while the session runs
-    server.0.wait().unwrap();
-    drop(server);
-    let _server = start_server();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let s = state(&id);
-        if s["state"] == "succeeded" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the session did not survive the restart: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(text(&cli(&["session", "logs", &id]).stdout), "survived\n");
+    c.until("running", || {
+        (c.listed(&id)["state"] == "running").then_some(())
+    });
+    c.kill_server(); // while the session runs
+    c.start_server();
+    c.until("the session survives the restart", || {
+        (c.listed(&id)["state"] == "succeeded").then_some(())
+    });
+    assert_eq!(text(&c.cli(&["session", "logs", &id]).stdout), "survived\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,23 +6,10 @@ use crate::model::{AgentState, PolicyKind};
 use crate::slots::{Quantity, Slots};
 use crate::snapshot::Snapshot;
 
-/// The capacities a session could ever get in a group: the total capacity of each live, unmarked
-/// agent, and the slots of each template the policy may launch.
+/// The capacities a new session could ever get in a group: the total capacity of each live,
+/// unmarked agent, and the slots of each template the policy may launch.
 pub fn candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
-    let policy = &snapshot.group.policy;
-    let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
-    let agents = snapshot
-        .agents
-        .iter()
-        .filter(|a| a.state == AgentState::Alive)
-        .map(|a| &a.capacity);
-    let templates = snapshot
-        .group
-        .templates
-        .iter()
-        .filter(move |t| launchable && t.max > 0)
-        .map(|t| &t.slots);
-    agents.chain(templates)
+    candidates_among(snapshot, |state| state == AgentState::Alive)
 }
 
 /// What sessions already in the queue are held against: every agent that may take sessions
@@ -30,12 +17,19 @@ pub fn candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
 /// queued session is not rejected because its group's only agent is briefly lost or drained;
 /// it waits for capacity to return.
 pub fn standing_candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
+    candidates_among(snapshot, |state| state != AgentState::Terminated)
+}
+
+fn candidates_among(
+    snapshot: &Snapshot,
+    counts: impl Fn(AgentState) -> bool,
+) -> impl Iterator<Item = &Slots> {
     let policy = &snapshot.group.policy;
     let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
     let agents = snapshot
         .agents
         .iter()
-        .filter(|a| a.state != AgentState::Terminated)
+        .filter(move |a| counts(a.state))
         .map(|a| &a.capacity);
     let templates = snapshot
         .group
