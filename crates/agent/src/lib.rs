@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub mod metadata;
+
 use corral_core::protocol::*;
 use corral_core::slots::{Quantity, SlotName};
 use corral_core::Slots;

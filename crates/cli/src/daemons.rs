@@ -49,6 +49,32 @@ pub struct AgentArgs {
     /// The nvidia-smi to detect GPUs with.
     #[arg(long, value_name = "PATH", default_value = "nvidia-smi")]
     pub nvidia_smi: PathBuf,
+    /// Where to learn the group (and on AWS the manager and token) that flags do not give:
+    /// the pod's labels (`corral.io/group`) or the instance's tag `corral-group` and user data.
+    #[arg(long, env = "CORRAL_AGENT_METADATA", value_enum, default_value_t)]
+    pub metadata: Metadata,
+    /// The downward API file holding the pod's labels.
+    #[arg(long, value_name = "PATH", default_value = "/etc/podinfo/labels")]
+    pub pod_labels: PathBuf,
+    /// The instance metadata service (IMDSv2).
+    #[arg(
+        long,
+        env = "CORRAL_IMDS_ENDPOINT",
+        value_name = "URL",
+        default_value = "http://169.254.169.254"
+    )]
+    pub imds_endpoint: String,
+}
+
+#[derive(Clone, Copy, Default, ValueEnum)]
+pub enum Metadata {
+    /// Flags, environment and the config file only.
+    #[default]
+    None,
+    /// The pod's labels from the downward API.
+    Kubernetes,
+    /// The instance's tags and user data from IMDSv2.
+    Aws,
 }
 
 fn host_name() -> String {
@@ -74,10 +100,25 @@ pub async fn runtime_of(kind: RuntimeKind, agent: &str) -> Result<Runtime> {
 }
 
 /// Runs the agent daemon until Ctrl-C.
-pub fn run_agent(args: AgentArgs, server: String, token: String) -> Result<()> {
-    let Some(group) = args.group else {
-        bail!("say which group to join: --group G or CORRAL_AGENT_GROUP");
+/// Runs the agent daemon until Ctrl-C. Flags and environment win; then the metadata source the
+/// operator named; then the client config file.
+pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>) -> Result<()> {
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let found = match args.metadata {
+        Metadata::None => corral_agent::metadata::Found::default(),
+        Metadata::Kubernetes => corral_agent::metadata::from_pod_labels(&args.pod_labels)?,
+        Metadata::Aws => rt.block_on(corral_agent::metadata::from_imds(&args.imds_endpoint))?,
     };
+    let Some(group) = args.group.clone().or(found.group) else {
+        bail!(
+            "say which group to join: --group G, CORRAL_AGENT_GROUP, or --metadata kubernetes|aws"
+        );
+    };
+    let resolved = crate::client::config::resolve(
+        server.or(found.manager).as_deref(),
+        token.or(found.token).as_deref(),
+    )?;
+    let (server, token) = (resolved.server, resolved.token);
     let capacity = args
         .capacity
         .as_deref()
@@ -103,7 +144,6 @@ pub fn run_agent(args: AgentArgs, server: String, token: String) -> Result<()> {
         stop_grace: Duration::from_secs(10),
     };
     crate::init_logs();
-    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
         let runtime = runtime_of(args.runtime, &config.id).await?;
         corral_agent::run(config, runtime, async {

@@ -161,10 +161,7 @@ fn run(cli: Cli) -> Result<()> {
             conn,
             command: None,
             daemon,
-        }) => {
-            let resolved = client::config::resolve(conn.server.as_deref(), conn.token.as_deref())?;
-            daemons::run_agent(daemon, resolved.server, resolved.token)
-        }
+        }) => daemons::run_agent(daemon, conn.server, conn.token),
         Command::Client(command) => client::run(command),
         Command::Dev(args) => daemons::run_dev(args),
     }

@@ -485,3 +485,61 @@ async fn dev_runs_a_session_in_a_docker_container() {
         "made\n"
     );
 }
+
+#[test]
+fn an_agent_on_kubernetes_joins_the_group_its_pod_labels_name() {
+    let c = Cluster::start(10);
+    assert!(c.cli(&["group", "create", "from-labels"]).status.success());
+    let labels = c.dir.path().join("labels");
+    std::fs::write(
+        &labels,
+        "app=\"trainer\"\ncorral.io/group=\"from-labels\"\n",
+    )
+    .unwrap();
+    let _agent = Proc(
+        Command::new(CORRAL)
+            .args([
+                "agent",
+                "--metadata",
+                "kubernetes",
+                "--pod-labels",
+                labels.to_str().unwrap(),
+                "--id",
+                "pod-1",
+                "--capacity",
+                "cpu=1",
+                "--work-dir",
+            ])
+            .arg(c.dir.path().join("pod-1"))
+            .env("CORRAL_SERVER", c.url())
+            .env("CORRAL_TOKEN", &c.token)
+            .env_remove("CORRAL_AGENT_GROUP")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let agent = c.until("the pod's agent joins", || {
+        let agents = c.json(&["agent", "ls", "-o", "json"]);
+        agents.as_array().and_then(|a| {
+            a.iter()
+                .find(|a| a["id"] == "pod-1" && a["state"] == "alive")
+                .cloned()
+        })
+    });
+    assert_eq!(agent["group"], "from-labels");
+    // Without a group from anywhere, the agent says where one can come from.
+    let out = Command::new(CORRAL)
+        .args(["agent", "--id", "x"])
+        .env("CORRAL_SERVER", c.url())
+        .env("CORRAL_TOKEN", &c.token)
+        .env_remove("CORRAL_AGENT_GROUP")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--metadata kubernetes|aws"),
+        "{}",
+        text(&out.stderr)
+    );
+}
