@@ -15,6 +15,9 @@ use corral_core::Slots;
 use corral_runtime::{Exit, Limits, Runtime, SessionSpec};
 use tokio::sync::Notify;
 
+/// How often running sessions' new log bytes are sent.
+const LOG_PUMP: Duration = Duration::from_millis(500);
+
 /// How the agent runs.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -201,6 +204,17 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         lock(&agent.running).insert(id, adopted.clone());
         spawn_waiter(&agent, adopted);
     }
+    // Logs go up as they grow, whatever the sync loop is waiting for.
+    let pump = agent.clone();
+    let _pump = AbortOnDrop(tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(LOG_PUMP).await;
+            let ids: Vec<String> = lock(&pump.running).keys().cloned().collect();
+            for id in &ids {
+                flush_logs(&pump, id).await;
+            }
+        }
+    }));
     let mut backoff = Duration::from_millis(200);
     'join: loop {
         let joined: JoinResponse = match agent
@@ -226,9 +240,6 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             // rings it (a Notified future counts from its creation).
             let bell = agent.ended.bell.notified();
             let ids: Vec<String> = lock(&agent.running).keys().cloned().collect();
-            for id in &ids {
-                flush_logs(&agent, id).await;
-            }
             let mut sessions: Vec<SessionReport> = ids
                 .iter()
                 .map(|id| SessionReport {
@@ -495,4 +506,13 @@ async fn fetch_inputs(agent: &Agent, a: &Assignment) -> Result<(), String> {
             .map_err(|e| format!("{input}: {e}"))?;
     }
     Ok(())
+}
+
+/// Stops a background task when the agent stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

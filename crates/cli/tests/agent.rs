@@ -127,6 +127,31 @@ fn dev_runs_a_session_and_returns_its_output_and_exit_code() {
         text(&out.stderr)
     );
 
+    // A running session's log can be followed until it ends.
+    let out = corral(
+        dir.path(),
+        &[
+            "session",
+            "submit",
+            "--group",
+            "dev",
+            "--request",
+            "cpu=1",
+            "--",
+            "sh",
+            "-c",
+            "echo one; sleep 2; echo two",
+        ],
+    );
+    let id = text(&out.stdout).trim().to_string();
+    let started = Instant::now();
+    let out = corral(dir.path(), &["session", "logs", &id, "-f"]);
+    assert_eq!(text(&out.stdout), "one\ntwo\n", "{}", text(&out.stderr));
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "-f returned before the session ended"
+    );
+
     // Outputs come back through the API.
     let out = corral(
         dir.path(),
