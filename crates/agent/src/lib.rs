@@ -217,11 +217,28 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     }));
     let mut backoff = Duration::from_millis(200);
     'join: loop {
-        let joined: JoinResponse = match agent
+        // Joining again (the manager forgot this agent) uses the agent's own token: a one-time
+        // bootstrap token is spent; the bootstrap token is the fallback.
+        let own = lock(&agent.token).clone();
+        let mut attempt = agent
             .client
-            .call(&config.token, "/api/v1/agents/join", &join)
-            .await
+            .call::<JoinResponse>(&own, "/api/v1/agents/join", &join)
+            .await;
+        if own != config.token
+            && matches!(
+                attempt,
+                Err(AgentError::Refused {
+                    status: 401 | 403,
+                    ..
+                })
+            )
         {
+            attempt = agent
+                .client
+                .call(&config.token, "/api/v1/agents/join", &join)
+                .await;
+        }
+        let joined = match attempt {
             Ok(j) => j,
             Err(e @ AgentError::Refused { .. }) => return Err(e),
             Err(e) => {

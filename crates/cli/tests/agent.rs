@@ -314,7 +314,7 @@ impl Cluster {
 
 #[test]
 fn a_killed_agent_is_lost_and_its_session_runs_again_elsewhere() {
-    let c = Cluster::start(2);
+    let c = Cluster::start(3);
     assert!(c.cli(&["group", "create", "g"]).status.success());
     let mut first = c.agent("a1", "g", "cpu=1");
     let id = c.submit(&[
@@ -566,5 +566,54 @@ fn an_agent_on_kubernetes_joins_the_group_its_pod_labels_name() {
         text(&out.stderr).contains("--metadata kubernetes|aws"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn an_agent_joins_with_a_one_time_bootstrap_token() {
+    let c = Cluster::start(10);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let out = c.cli(&["group", "bootstrap-token", "g", "--ttl-secs", "600"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let boot = text(&out.stdout).trim().to_string();
+    let agent = |id: &str| {
+        Command::new(CORRAL)
+            .args([
+                "agent",
+                "--group",
+                "g",
+                "--id",
+                id,
+                "--capacity",
+                "cpu=1",
+                "--token",
+                &boot,
+                "--work-dir",
+            ])
+            .arg(c.dir.path().join(id))
+            .env("CORRAL_SERVER", c.url())
+            .env_remove("CORRAL_TOKEN")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let _first = Proc(agent("b1"));
+    c.until("b1 joins with the bootstrap token", || {
+        text(&c.cli(&["agent", "ls", "-o", "json"]).stdout)
+            .contains("\"b1\"")
+            .then_some(())
+    });
+    let id = c.submit(&["--group", "g", "--request", "cpu=1", "--", "echo", "joined"]);
+    c.until("the session runs on b1", || {
+        (c.listed(&id)["state"] == "succeeded").then_some(())
+    });
+    // Spent: a second agent cannot join with it, and says why.
+    let second = agent("b2").wait_with_output().unwrap();
+    assert!(!second.status.success());
+    assert!(
+        text(&second.stderr).contains("used already or has expired"),
+        "{}",
+        text(&second.stderr)
     );
 }

@@ -16,7 +16,7 @@ use corral_store::{NewEvent, Role, SessionFilter, SessionRecord};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::auth::{create_token, Caller};
+use crate::auth::{create_token, Caller, Joiner};
 use crate::error::ApiError;
 use crate::extract::{Body, Query};
 use crate::{now, App};
@@ -68,10 +68,9 @@ fn acts_as(caller: &Caller, id: &str) -> Result<()> {
 
 async fn join(
     State(app): State<App>,
-    caller: Caller,
+    joiner: Joiner,
     Body(req): Body<JoinRequest>,
 ) -> Result<impl IntoResponse> {
-    acts_as(&caller, &req.id)?;
     crate::api::check_name("id", &req.id)?;
     if req.capacity.is_empty() {
         return Err(ApiError::invalid(
@@ -115,6 +114,8 @@ async fn join(
         drained_by_hand: keep.as_ref().is_some_and(|a| a.drained_by_hand),
         idle_since: keep.as_ref().map_or(Some(now), |a| a.idle_since),
     };
+    // Last, after every check: a bootstrap token is used up here.
+    joiner.admit(&app, &req.id, &group.name).await?;
     app.store.upsert_agent(&agent, now).await?;
     let (_, token) = create_token(&app.store, Role::Agent, &req.id, now).await?;
     app.store

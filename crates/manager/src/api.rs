@@ -50,6 +50,10 @@ pub fn router(app: App) -> Router {
         .route("/api/v1/groups/{name}/shares", get(shares))
         .route("/api/v1/groups/{name}/required", post(required))
         .route("/api/v1/groups/{name}/plan", get(dry_run))
+        .route(
+            "/api/v1/groups/{name}/bootstrap-tokens",
+            post(new_bootstrap_token),
+        )
         .route("/api/v1/images", get(list_images))
         .route(
             "/api/v1/images/{name}",
@@ -129,6 +133,46 @@ async fn new_token(
     Ok((
         StatusCode::CREATED,
         Json(json!({"id": id, "user": body.user, "role": body.role, "token": token})),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BootstrapBody {
+    /// How long the token may be used (once), in seconds.
+    #[serde(default = "default_bootstrap_ttl")]
+    ttl_secs: u64,
+}
+
+fn default_bootstrap_ttl() -> u64 {
+    3600
+}
+
+/// A one-time token an agent joins this group with; it expires unused after `ttl_secs`.
+async fn new_bootstrap_token(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(b): Body<BootstrapBody>,
+) -> Result<impl IntoResponse> {
+    caller.require_admin()?;
+    find_group(&app, &name).await?;
+    if !(1..=7 * 24 * 3600).contains(&b.ttl_secs) {
+        return Err(ApiError::invalid(
+            "ttl_secs",
+            format!("{} is outside 1..=604800", b.ttl_secs),
+        ));
+    }
+    let (token, expires_at) = crate::auth::create_bootstrap_token(
+        &app.store,
+        &name,
+        std::time::Duration::from_secs(b.ttl_secs),
+        now(),
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"token": token, "group": name, "expires_at": expires_at})),
     ))
 }
 

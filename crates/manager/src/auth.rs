@@ -26,7 +26,7 @@ impl Caller {
 
     /// Sessions are submitted and read by people (and scripts), not by agents' credentials.
     pub fn require_person(&self) -> Result<(), ApiError> {
-        if self.role == Role::Agent {
+        if matches!(self.role, Role::Agent | Role::Bootstrap) {
             Err(ApiError::forbidden(
                 "an agent's token cannot be used for this",
             ))
@@ -110,35 +110,110 @@ fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::File::create(path)
 }
 
+/// The bearer token's hash and who it belongs to (bootstrap tokens included).
+async fn lookup(parts: &Parts, app: &App) -> Result<(String, Caller), ApiError> {
+    let header = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(ApiError::unauthorized)?;
+    let secret = header
+        .strip_prefix("Bearer ")
+        .ok_or_else(ApiError::unauthorized)?
+        .trim();
+    let hash = hash(secret);
+    if let Some(caller) = app.tokens.get(&hash) {
+        return Ok((hash, caller));
+    }
+    let token = app
+        .store
+        .find_token_by_hash(&hash)
+        .await?
+        .ok_or_else(ApiError::unauthorized)?;
+    let caller = Caller {
+        user: token.user,
+        role: token.role,
+    };
+    // One-time tokens are never cached: each use must reach the database.
+    if caller.role != Role::Bootstrap {
+        app.tokens.put(hash.clone(), caller.clone());
+    }
+    Ok((hash, caller))
+}
+
 impl FromRequestParts<App> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or_else(ApiError::unauthorized)?;
-        let secret = header
-            .strip_prefix("Bearer ")
-            .ok_or_else(ApiError::unauthorized)?
-            .trim();
-        let hash = hash(secret);
-        if let Some(caller) = app.tokens.get(&hash) {
-            return Ok(caller);
+        let (_, caller) = lookup(parts, app).await?;
+        if caller.role == Role::Bootstrap {
+            return Err(ApiError::forbidden(
+                "a bootstrap token only lets an agent join",
+            ));
         }
-        let token = app
-            .store
-            .find_token_by_hash(&hash)
-            .await?
-            .ok_or_else(ApiError::unauthorized)?;
-        let caller = Caller {
-            user: token.user,
-            role: token.role,
-        };
-        app.tokens.put(hash, caller.clone());
         Ok(caller)
     }
+}
+
+/// Who may join an agent: an admin, the agent itself, or a one-time bootstrap token (used up
+/// here, for its group only).
+pub struct Joiner {
+    pub caller: Caller,
+    hash: String,
+}
+
+impl Joiner {
+    /// Checks the joiner may join `agent` to `group`; a bootstrap token is used up by this.
+    pub async fn admit(&self, app: &App, agent: &str, group: &str) -> Result<(), ApiError> {
+        match self.caller.role {
+            Role::Admin => Ok(()),
+            Role::Agent if self.caller.user == agent => Ok(()),
+            Role::Bootstrap if self.caller.user == group => match app
+                .store
+                .consume_bootstrap_token(&self.hash, crate::now())
+                .await?
+            {
+                Some(_) => Ok(()),
+                None => Err(ApiError::new(
+                    axum::http::StatusCode::UNAUTHORIZED,
+                    "unauthorized",
+                    "this bootstrap token was used already or has expired",
+                )),
+            },
+            Role::Bootstrap => Err(ApiError::forbidden(format!(
+                "this bootstrap token joins group {:?} only",
+                self.caller.user
+            ))),
+            _ => Err(ApiError::forbidden(format!(
+                "this token cannot join agent {agent:?}"
+            ))),
+        }
+    }
+}
+
+impl FromRequestParts<App> for Joiner {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
+        let (hash, caller) = lookup(parts, app).await?;
+        Ok(Joiner { caller, hash })
+    }
+}
+
+/// Creates a one-time bootstrap token for `group`, good for `ttl`; returns it with its expiry.
+pub async fn create_bootstrap_token(
+    store: &Store,
+    group: &str,
+    ttl: std::time::Duration,
+    now: Timestamp,
+) -> Result<(String, Timestamp), corral_store::StoreError> {
+    let secret = new_secret();
+    let id = secret["corral_".len().."corral_".len() + 12].to_string();
+    let expires = now.plus_secs(ttl.as_secs());
+    store
+        .insert_bootstrap_token(&id, &hash(&secret), group, expires, now)
+        .await?;
+    Ok((secret, expires))
 }
 
 /// Tokens recently seen valid, so that a request costs no database read to authenticate.

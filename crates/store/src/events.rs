@@ -52,6 +52,8 @@ pub enum Role {
     User,
     /// An agent daemon: its token acts for the agent named by the token's user.
     Agent,
+    /// A one-time, expiring token an agent joins the group named by the token's user with.
+    Bootstrap,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -127,6 +129,50 @@ pub(crate) async fn insert_events_many(tx: &mut Tx, events: &[NewEvent]) -> Resu
 }
 
 impl Store {
+    /// Stores a one-time bootstrap token for `group`, good until `expires_at`.
+    pub async fn insert_bootstrap_token(
+        &self,
+        id: &str,
+        hash: &str,
+        group: &str,
+        expires_at: Timestamp,
+        now: Timestamp,
+    ) -> Result<()> {
+        let done = sqlx::query(
+            "INSERT INTO tokens (id, hash, role, user_name, created_at, expires_at) \
+             VALUES ($1, $2, 'bootstrap', $3, $4, $5) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(hash)
+        .bind(group)
+        .bind(now.0)
+        .bind(expires_at.0)
+        .execute(&self.write)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::conflict("token", id));
+        }
+        Ok(())
+    }
+
+    /// Uses up a bootstrap token: returns its group if it was unused and unexpired, and marks
+    /// it used in the same statement, so it works exactly once.
+    pub async fn consume_bootstrap_token(
+        &self,
+        hash: &str,
+        now: Timestamp,
+    ) -> Result<Option<String>> {
+        let group: Option<String> = sqlx::query_scalar(
+            "UPDATE tokens SET used_at = $2 WHERE hash = $1 AND role = 'bootstrap' \
+             AND used_at IS NULL AND expires_at > $2 RETURNING user_name",
+        )
+        .bind(hash)
+        .bind(now.0)
+        .fetch_optional(&self.write)
+        .await?;
+        Ok(group)
+    }
+
     /// Records an event; returns its id.
     pub async fn record_event(&self, event: &NewEvent) -> Result<i64> {
         let mut tx = self.write_tx().await?;

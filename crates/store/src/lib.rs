@@ -53,6 +53,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0003_activity.sql"),
         include_str!("../migrations/postgres/0003_activity.sql"),
     ),
+    (
+        4,
+        "bootstrap",
+        include_str!("../migrations/sqlite/0004_bootstrap.sql"),
+        include_str!("../migrations/postgres/0004_bootstrap.sql"),
+    ),
 ];
 
 /// How long a SQLite connection waits for another process's write lock before failing.

@@ -103,6 +103,17 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// Create a one-time token an agent joins this group with (`corral agent --token`); it
+    /// expires unused after --ttl-secs (admin). Prints the token only.
+    BootstrapToken {
+        /// The group's name.
+        name: String,
+        /// Seconds it may be used in (once).
+        #[arg(long, value_name = "S", default_value_t = 3600)]
+        ttl_secs: u64,
+        #[command(flatten)]
+        out: Out,
+    },
 }
 
 /// The settings flags of `create` and `set-policy`; each maps to one field of the API's group.
@@ -342,6 +353,23 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let reply = api.get(&["groups", &name, "plan"], &[]).await?;
             if !render::json(out.output, &reply) {
                 print_plan(&parse(&reply)?);
+            }
+        }
+        Command::BootstrapToken {
+            name,
+            ttl_secs,
+            out,
+        } => {
+            let body = serde_json::json!({"ttl_secs": ttl_secs});
+            let reply = api
+                .post(&["groups", &name, "bootstrap-tokens"], Some(&body))
+                .await?;
+            if !render::json(out.output, &reply) {
+                println!("{}", reply.value["token"].as_str().unwrap_or_default());
+                eprintln!(
+                    "works once, until {}",
+                    render::time(reply.value["expires_at"].as_i64().unwrap_or_default())
+                );
             }
         }
     }

@@ -1,0 +1,2 @@
+ALTER TABLE tokens ADD COLUMN expires_at BIGINT;
+ALTER TABLE tokens ADD COLUMN used_at BIGINT;

@@ -1,0 +1,2 @@
+ALTER TABLE tokens ADD COLUMN expires_at INTEGER;
+ALTER TABLE tokens ADD COLUMN used_at INTEGER;
