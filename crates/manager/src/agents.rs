@@ -152,11 +152,6 @@ async fn sync(
         .touch_agent(&id, now)
         .await?
         .ok_or_else(|| ApiError::not_found("agent", &id))?;
-    let agent = app
-        .store
-        .get_agent(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("agent", &id))?;
     match state {
         AgentState::Terminated => {
             // It was let go: it should run nothing.
@@ -166,6 +161,11 @@ async fn sync(
             }));
         }
         AgentState::Lost => {
+            let agent = app
+                .store
+                .get_agent(&id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("agent", &id))?;
             app.store
                 .set_agent_state(&id, AgentState::Alive, false, now)
                 .await?;

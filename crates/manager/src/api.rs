@@ -100,12 +100,7 @@ pub(crate) fn check_name(field: &str, name: &str) -> Result<()> {
 }
 
 fn new_id(prefix: &str) -> String {
-    let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).expect("the OS random source works");
-    format!(
-        "{prefix}{}",
-        bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    )
+    format!("{prefix}{}", crate::auth::random_hex(8))
 }
 
 // ---------------------------------------------------------------- tokens

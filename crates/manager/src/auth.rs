@@ -46,9 +46,22 @@ impl Caller {
 
 /// A fresh secret: `corral_` and 64 hex digits of the OS's randomness.
 pub fn new_secret() -> String {
-    let mut bytes = [0u8; 32];
+    format!("corral_{}", random_hex(32))
+}
+
+/// `n` bytes of the OS's randomness, in hex.
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
     getrandom::fill(&mut bytes).expect("the OS random source works");
-    format!("corral_{}", hex(&bytes))
+    hex(&bytes)
+}
+
+/// A fresh secret and the id it is listed under (its first hex digits: the id names the token
+/// in logs without giving it away).
+fn new_token() -> (String, String) {
+    let secret = new_secret();
+    let id = secret["corral_".len().."corral_".len() + 12].to_string();
+    (id, secret)
 }
 
 pub fn hash(secret: &str) -> String {
@@ -66,8 +79,7 @@ pub async fn create_token(
     user: &str,
     now: Timestamp,
 ) -> Result<(String, String), corral_store::StoreError> {
-    let secret = new_secret();
-    let id = secret["corral_".len().."corral_".len() + 12].to_string();
+    let (id, secret) = new_token();
     store
         .insert_token(&id, &hash(&secret), role, user, now)
         .await?;
@@ -207,8 +219,7 @@ pub async fn create_bootstrap_token(
     ttl: std::time::Duration,
     now: Timestamp,
 ) -> Result<(String, Timestamp), corral_store::StoreError> {
-    let secret = new_secret();
-    let id = secret["corral_".len().."corral_".len() + 12].to_string();
+    let (id, secret) = new_token();
     let expires = now.plus_secs(ttl.as_secs());
     store
         .insert_bootstrap_token(&id, &hash(&secret), group, expires, now)
