@@ -133,6 +133,7 @@ mod tests {
             images: vec![],
             in_flight: vec![],
             last_scale_out: None,
+            launch_limits: Default::default(),
         }
     }
 

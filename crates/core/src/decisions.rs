@@ -129,6 +129,8 @@ pub enum NoLaunch {
     AtMax,
     /// No template holds it: only agents that are busy now can.
     NoTemplate,
+    /// The templates that fit are held back by the provider's backoff or launch budget.
+    Held { reason: String },
     /// Room exists, but the session queue in front of it has not got there yet.
     Queue,
 }
@@ -161,6 +163,7 @@ impl fmt::Display for WaitReason {
                     NoLaunch::NoTemplate => f.write_str(
                         "; no template holds it, so it waits for running sessions to end",
                     ),
+                    NoLaunch::Held { reason } => write!(f, "; {reason}"),
                     NoLaunch::Queue => f.write_str(" yet"),
                 }
             }

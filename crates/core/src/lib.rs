@@ -5,6 +5,7 @@ pub mod admission;
 pub mod cycle;
 pub mod decisions;
 pub mod dense;
+pub mod governor;
 pub mod model;
 pub mod plan;
 pub mod planner;
@@ -17,6 +18,7 @@ pub mod workload;
 
 pub use cycle::cycle;
 pub use decisions::*;
+pub use governor::{Governor, LaunchLimit, LaunchSettings};
 pub use model::*;
 pub use slots::{Quantity, Share, SlotError, SlotName, Slots};
 pub use snapshot::Snapshot;

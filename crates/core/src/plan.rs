@@ -178,6 +178,7 @@ impl Problem {
             images: self.images,
             in_flight: self.in_flight,
             last_scale_out: self.last_scale_out,
+            launch_limits: Default::default(),
         })
     }
 }

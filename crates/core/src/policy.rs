@@ -199,7 +199,11 @@ impl ScalingLogic for Demand {
                     })
                     .count()
                     + bin_template.iter().filter(|&&b| b == t).count();
-                Offer::of(tpl, input.index, tpl.max.saturating_sub(existing as u32))
+                let mut available = tpl.max.saturating_sub(existing as u32);
+                if let Some(limit) = s.launch_limits.get(&tpl.name) {
+                    available = available.min(limit.allowed);
+                }
+                Offer::of(tpl, input.index, available)
             })
             .collect();
         // Group what is left by equivalence class, in queue order of first appearance.
@@ -251,6 +255,15 @@ impl ScalingLogic for Demand {
                             NoLaunch::Cooldown { until }
                         } else if !template_slots.iter().any(|t| fits(input.unmet[k].0, t)) {
                             NoLaunch::NoTemplate
+                        } else if let Some(limit) = templates
+                            .iter()
+                            .zip(&template_slots)
+                            .filter(|(_, slots)| fits(input.unmet[k].0, slots))
+                            .find_map(|(t, _)| s.launch_limits.get(&t.name))
+                        {
+                            NoLaunch::Held {
+                                reason: limit.reason.clone(),
+                            }
                         } else {
                             NoLaunch::AtMax
                         };

@@ -1,6 +1,10 @@
 //! A group's state at one instant, and the shares computed from it on demand.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+
+use crate::governor::LaunchLimit;
 
 use crate::model::{
     Agent, AgentId, AgentState, Image, InFlight, ScalingGroup, Session, SessionState, Timestamp,
@@ -20,6 +24,10 @@ pub struct Snapshot {
     pub in_flight: Vec<InFlight>,
     /// When the policy last launched anything (for its cooldown).
     pub last_scale_out: Option<Timestamp>,
+    /// Templates the provider may not be asked for freely now (backoff after failures, launch
+    /// budget spent): how many instances of each the policy may still launch, and why.
+    #[serde(default)]
+    pub launch_limits: BTreeMap<String, LaunchLimit>,
 }
 
 impl Snapshot {

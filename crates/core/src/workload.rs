@@ -149,6 +149,7 @@ pub fn snapshot(policy: PolicyKind, agents_n: usize, sessions_n: usize, seed: u6
         images: vec![],
         in_flight: vec![],
         last_scale_out: None,
+        launch_limits: Default::default(),
     }
 }
 

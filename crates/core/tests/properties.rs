@@ -94,6 +94,7 @@ prop_compose! {
             },
             agents, sessions, images: vec![], in_flight,
             last_scale_out: cooling.then_some(Timestamp(690_000)),
+            launch_limits: Default::default(),
         }
     }
 }

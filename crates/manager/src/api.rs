@@ -580,6 +580,7 @@ async fn submit(
                 images: app.store.list_images().await?,
                 in_flight: Vec::new(),
                 last_scale_out: None,
+                launch_limits: Default::default(),
             };
             app.control.views.remember(view, generation)
         }

@@ -155,6 +155,7 @@ impl Store {
             images,
             in_flight,
             last_scale_out,
+            launch_limits: Default::default(),
         })
     }
 

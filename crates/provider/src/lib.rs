@@ -1,0 +1,243 @@
+//! Providers: the vendor half of a scaling driver. The core's policy decides when and how much to
+//! launch; a provider knows how: it launches instances of a template, terminates them, and lists
+//! those it runs for a group. Every instance it launches receives a one-time bootstrap token and
+//! its group through the vendor's own channel (arguments locally, user data and tags on AWS,
+//! labels and environment on Kubernetes), and joins the manager as an agent whose id the manager
+//! chose before launching.
+//!
+//! The manager never calls a provider from the pure core: failures are classified here
+//! ([`ErrorClass`]) and the core's launch governor turns them into backoff.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use corral_core::InstanceTemplate;
+use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "aws")]
+pub mod aws;
+pub mod docker;
+pub mod exec;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
+pub mod options;
+pub mod process;
+pub mod static_provider;
+
+pub use options::{ConfigError, ProviderConfig, REDACTED};
+
+/// Tag (AWS) naming the group an instance belongs to; the agent reads it from instance metadata.
+pub const GROUP_TAG: &str = "corral-group";
+/// Tag (AWS) naming the agent id an instance joins as.
+pub const AGENT_TAG: &str = "corral-agent";
+/// Tag (AWS) naming the template an instance was launched from.
+pub const TEMPLATE_TAG: &str = "corral-template";
+/// Kubernetes labels: the same three, in Kubernetes' prefixed form.
+pub const GROUP_LABEL: &str = "corral.io/group";
+pub const AGENT_LABEL: &str = "corral.io/agent";
+pub const TEMPLATE_LABEL: &str = "corral.io/template";
+
+/// How a provider call failed, which decides what the manager does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// The vendor has no room or the account hit a quota: back off this template, try others.
+    Capacity,
+    /// Network trouble, throttling, a vendor hiccup: back off briefly and retry.
+    Transient,
+    /// Bad configuration or credentials, an unknown template: retrying will not help until an
+    /// operator changes something (the template backs off at the longest interval).
+    Fatal,
+}
+
+impl std::fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorClass::Capacity => "out of capacity",
+            ErrorClass::Transient => "transient",
+            ErrorClass::Fatal => "fatal",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{class}: {message}")]
+pub struct ProviderError {
+    pub class: ErrorClass,
+    pub message: String,
+}
+
+impl ProviderError {
+    pub fn capacity(message: impl Into<String>) -> Self {
+        ProviderError {
+            class: ErrorClass::Capacity,
+            message: message.into(),
+        }
+    }
+    pub fn transient(message: impl Into<String>) -> Self {
+        ProviderError {
+            class: ErrorClass::Transient,
+            message: message.into(),
+        }
+    }
+    pub fn fatal(message: impl Into<String>) -> Self {
+        ProviderError {
+            class: ErrorClass::Fatal,
+            message: message.into(),
+        }
+    }
+}
+
+/// What a provider knows how to launch. Providers that take templates from the group's
+/// configuration return those; plugins and vendors may offer their own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TemplateOffer {
+    pub name: String,
+    /// Slots in the canonical form (`cpu=4,mem=16GiB,gpu=1`); empty when the provider does not say.
+    #[serde(default)]
+    pub slots: String,
+    #[serde(default)]
+    pub price_per_hour: Option<f64>,
+}
+
+/// One instance to launch: the agent id it joins as and its one-time bootstrap token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    pub agent_id: String,
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstanceState {
+    /// Asked for, booting.
+    Pending,
+    Running,
+    /// Being terminated.
+    Stopping,
+    /// Terminated or vanished (some vendors list terminated instances for a while).
+    Gone,
+}
+
+/// An instance as the provider sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    /// The vendor's id: EC2 instance id, pod name, container id, process id.
+    pub id: String,
+    /// The agent id it joins as (from its tag, label or arguments), when known.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+    #[serde(default)]
+    pub template: Option<String>,
+    pub state: InstanceState,
+}
+
+/// What every provider is told about the group it serves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Context {
+    pub group: String,
+    /// Where launched agents reach the manager.
+    pub manager_url: String,
+    /// The group's templates (slots, labels): local providers pass a template's slots as the
+    /// agent's capacity.
+    pub templates: Vec<InstanceTemplate>,
+    /// The `corral` executable local providers start (process provider).
+    pub corral_binary: PathBuf,
+    /// Where a provider may keep files (the process provider's agents' work dirs and logs).
+    pub state_dir: PathBuf,
+}
+
+impl Context {
+    pub fn template(&self, name: &str) -> Result<&InstanceTemplate, ProviderError> {
+        self.templates
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| ProviderError::fatal(format!("template {name:?} is not in the group")))
+    }
+
+    /// The labels every instance of this group carries (tags on AWS, labels on Kubernetes).
+    pub fn labels(&self, agent_id: &str, template: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (GROUP_LABEL.to_string(), self.group.clone()),
+            (AGENT_LABEL.to_string(), agent_id.to_string()),
+            (TEMPLATE_LABEL.to_string(), template.to_string()),
+        ])
+    }
+}
+
+/// The provider contract. Calls may take a while (a cloud API); the manager calls them outside
+/// its scheduling pass and bounds each with a timeout.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The templates this provider can launch.
+    async fn templates(&self) -> Result<Vec<TemplateOffer>, ProviderError>;
+
+    /// Launches one instance per request, of `template`. Returns the instances it started;
+    /// requests missing from the answer failed (a partial launch is not an error).
+    async fn launch(
+        &self,
+        template: &str,
+        requests: &[LaunchRequest],
+    ) -> Result<Vec<Instance>, ProviderError>;
+
+    /// Terminates instances by their vendor ids. Ids already gone are not an error.
+    async fn terminate(&self, ids: &[String]) -> Result<(), ProviderError>;
+
+    /// The group's instances (those carrying its tag or label), whatever their state.
+    async fn list(&self) -> Result<Vec<Instance>, ProviderError>;
+}
+
+/// Builds the provider a configuration names, for one group. Each provider module has an
+/// `Options` type (its options, validated by serde) and `connect(options, context)`.
+pub async fn connect(
+    config: &ProviderConfig,
+    context: Context,
+) -> Result<Box<dyn Provider>, ProviderError> {
+    config
+        .validate()
+        .map_err(|e| ProviderError::fatal(e.to_string()))?;
+    let fatal = |e: ConfigError| ProviderError::fatal(e.to_string());
+    let options = &config.options;
+    Ok(match config.name.as_str() {
+        "static" => Box::new(static_provider::Static),
+        "process" => {
+            Box::new(process::connect(options::parse(options).map_err(fatal)?, context).await?)
+        }
+        "docker" => {
+            Box::new(docker::connect(options::parse(options).map_err(fatal)?, context).await?)
+        }
+        "exec" => Box::new(exec::connect(options::parse(options).map_err(fatal)?, context).await?),
+        #[cfg(feature = "aws")]
+        "aws" => Box::new(aws::connect(options::parse(options).map_err(fatal)?, context).await?),
+        #[cfg(feature = "kubernetes")]
+        "kubernetes" => {
+            Box::new(kubernetes::connect(options::parse(options).map_err(fatal)?, context).await?)
+        }
+        other => {
+            return Err(ProviderError::fatal(format!(
+                "provider {other:?} is not built into this corral (cargo feature)"
+            )))
+        }
+    })
+}
+
+/// Checks a (non-static) provider's options without connecting.
+fn validate_options(
+    name: &str,
+    options: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), ConfigError> {
+    match name {
+        "process" => options::parse::<process::Options>(options).map(drop),
+        "docker" => options::parse::<docker::Options>(options).map(drop),
+        "exec" => options::parse::<exec::Options>(options).map(drop),
+        #[cfg(feature = "aws")]
+        "aws" => options::parse::<aws::Options>(options).and_then(|o| o.check()),
+        #[cfg(feature = "kubernetes")]
+        "kubernetes" => options::parse::<kubernetes::Options>(options).and_then(|o| o.check()),
+        other => Err(ConfigError::new(
+            "provider.name",
+            format!("provider {other:?} is not built into this corral (cargo feature)"),
+        )),
+    }
+}

@@ -1,0 +1,202 @@
+//! A group's provider configuration: which provider, its options, and the launch settings the
+//! manager applies to it. Options are validated by the provider they belong to; secrets (keys a
+//! provider declares) are never echoed back.
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use corral_core::LaunchSettings;
+
+/// What an API answer shows in place of a secret; sent back unchanged, it keeps the stored value.
+pub const REDACTED: &str = "********";
+
+/// The providers Corral knows, with the option keys that hold secrets.
+const PROVIDERS: &[(&str, &[&str])] = &[
+    ("static", &[]),
+    ("process", &[]),
+    ("docker", &[]),
+    ("aws", &["secret_access_key", "session_token"]),
+    ("kubernetes", &["token"]),
+    // A plugin's `secret_env` holds what it needs to reach its vendor.
+    ("exec", &["secret_env"]),
+];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// `static`, `process`, `docker`, `aws`, `kubernetes` or `exec`.
+    pub name: String,
+    /// The provider's own options (see docs/configuration.md).
+    #[serde(default)]
+    pub options: Map<String, Value>,
+    /// Backoff, launch budget, provisioning timeout and reconciliation.
+    #[serde(default)]
+    pub launch: LaunchSettings,
+}
+
+impl Default for ProviderConfig {
+    /// A group without a provider is `static`: agents join by hand.
+    fn default() -> Self {
+        ProviderConfig {
+            name: "static".into(),
+            options: Map::new(),
+            launch: LaunchSettings::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    /// Where the problem is, e.g. `provider.options.region`.
+    pub field: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl ProviderConfig {
+    /// Checks the provider is known, its options are what it takes, and the launch settings hold.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if secrets_of(&self.name).is_none() {
+            let known: Vec<&str> = PROVIDERS.iter().map(|(n, _)| *n).collect();
+            return Err(ConfigError::new(
+                "provider.name",
+                format!(
+                    "unknown provider {:?}; known: {}",
+                    self.name,
+                    known.join(", ")
+                ),
+            ));
+        }
+        self.launch.validate().map_err(|(field, message)| {
+            ConfigError::new(format!("provider.launch.{field}"), message)
+        })?;
+        if self.options.values().any(|v| v == REDACTED) {
+            return Err(ConfigError::new(
+                "provider.options",
+                format!("{REDACTED} stands for a stored secret; this group has none to keep"),
+            ));
+        }
+        match self.name.as_str() {
+            "static" => parse::<crate::static_provider::Options>(&self.options).map(drop),
+            other => crate::validate_options(other, &self.options),
+        }
+    }
+
+    /// The configuration as an API answer shows it: every secret replaced by [`REDACTED`].
+    pub fn redacted(&self) -> ProviderConfig {
+        let mut shown = self.clone();
+        for key in secrets_of(&self.name).unwrap_or_default() {
+            if let Some(value) = shown.options.get_mut(*key) {
+                *value = match value {
+                    Value::Object(map) => Value::Object(
+                        map.keys()
+                            .map(|k| (k.clone(), Value::String(REDACTED.into())))
+                            .collect(),
+                    ),
+                    _ => Value::String(REDACTED.into()),
+                };
+            }
+        }
+        shown
+    }
+
+    /// A configuration sent back after reading: [`REDACTED`] values keep what `stored` holds (for
+    /// the same provider). Any that stay redacted make [`ProviderConfig::validate`] fail.
+    pub fn keep_secrets_of(mut self, stored: &ProviderConfig) -> ProviderConfig {
+        if stored.name != self.name {
+            return self;
+        }
+        for key in secrets_of(&self.name).unwrap_or_default() {
+            let (Some(new), Some(old)) = (self.options.get_mut(*key), stored.options.get(*key))
+            else {
+                continue;
+            };
+            match (new, old) {
+                (Value::Object(new), Value::Object(old)) => {
+                    for (k, v) in new.iter_mut() {
+                        if v == REDACTED {
+                            if let Some(kept) = old.get(k) {
+                                *v = kept.clone();
+                            }
+                        }
+                    }
+                }
+                (new, old) if *new == REDACTED => *new = old.clone(),
+                _ => {}
+            }
+        }
+        self
+    }
+}
+
+fn secrets_of(name: &str) -> Option<&'static [&'static str]> {
+    PROVIDERS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// Reads a provider's options into its own type, naming the offending field on error.
+pub fn parse<T: DeserializeOwned>(options: &Map<String, Value>) -> Result<T, ConfigError> {
+    let value = Value::Object(options.clone());
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." {
+            "provider.options".to_string()
+        } else {
+            format!("provider.options.{path}")
+        };
+        ConfigError::new(field, e.into_inner().to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config(value: Value) -> ProviderConfig {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn unknown_providers_and_bad_settings_are_named() {
+        let e = config(json!({"name": "azure"})).validate().unwrap_err();
+        assert_eq!(e.field, "provider.name");
+        assert!(e.message.contains("aws"), "{e}");
+        let e = config(json!({"name": "static", "options": {"zone": 1}}))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field, "provider.options.zone");
+        assert!(e.message.contains("zone"), "{e}");
+        let e = config(json!({"name": "static", "launch": {"backoff_initial_secs": 0}}))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field, "provider.launch.backoff_initial_secs");
+    }
+
+    #[test]
+    fn secrets_are_redacted_and_kept_when_sent_back() {
+        let stored = config(json!({"name": "exec", "options": {
+            "command": "/opt/plugin", "secret_env": {"API_KEY": "s3cret"}}}));
+        let shown = stored.redacted();
+        assert_eq!(shown.options["secret_env"], json!({"API_KEY": REDACTED}));
+        assert!(!serde_json::to_string(&shown).unwrap().contains("s3cret"));
+        let back = shown.clone().keep_secrets_of(&stored);
+        assert_eq!(back, stored);
+        // A new value replaces the stored one; a redacted one with nothing stored stays redacted.
+        let mut changed = shown.clone();
+        changed.options["secret_env"] = json!({"API_KEY": "new", "OTHER": REDACTED});
+        let back = changed.keep_secrets_of(&stored);
+        assert_eq!(
+            back.options["secret_env"],
+            json!({"API_KEY": "new", "OTHER": REDACTED})
+        );
+    }
+}
