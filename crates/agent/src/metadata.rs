@@ -16,6 +16,8 @@ pub const GROUP_TAG: &str = "corral-group";
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Found {
     pub group: Option<String>,
+    /// The agent id a provider launched this instance as.
+    pub id: Option<String>,
     pub manager: Option<String>,
     pub token: Option<String>,
 }
@@ -31,26 +33,47 @@ pub enum MetadataError {
     Imds { endpoint: String, message: String },
 }
 
-/// Kubernetes: the downward API's labels file (`key="value"` lines), label `corral.io/group`.
-pub fn from_pod_labels(path: &Path) -> Result<Found, MetadataError> {
-    let text = std::fs::read_to_string(path).map_err(|source| MetadataError::File {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let labels: BTreeMap<&str, String> = text
-        .lines()
-        .filter_map(|line| line.split_once('='))
-        .map(|(k, v)| (k.trim(), v.trim().trim_matches('"').replace("\\\"", "\"")))
-        .collect();
+/// Kubernetes: the downward API's labels file (`key="value"` lines): the group (label
+/// `corral.io/group`) and agent id (`corral.io/agent`); and, when the annotations file exists,
+/// the bootstrap token and manager a StatefulSet's pod is annotated with
+/// (`corral.io/bootstrap-token`, `corral.io/server`). Pods the provider creates itself get all
+/// of these as environment variables instead.
+pub fn from_pod_files(labels: &Path, annotations: &Path) -> Result<Found, MetadataError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| MetadataError::File {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let labels = downward_api_pairs(&read(labels)?);
+    let annotations = match read(annotations) {
+        Ok(text) => downward_api_pairs(&text),
+        Err(_) => BTreeMap::new(),
+    };
     Ok(Found {
         group: labels.get(GROUP_LABEL).cloned(),
-        ..Found::default()
+        id: labels.get("corral.io/agent").cloned(),
+        token: annotations.get("corral.io/bootstrap-token").cloned(),
+        manager: annotations.get("corral.io/server").cloned(),
     })
 }
 
+/// A downward API file's `key="value"` lines.
+fn downward_api_pairs(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| {
+            let v = v.trim().trim_matches('"').replace("\\\"", "\"");
+            (k.trim().to_string(), v)
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
 /// AWS: IMDSv2 at `endpoint` (normally `http://169.254.169.254`): the instance tag
-/// `corral-group` (instance tags in metadata must be enabled), and `CORRAL_SERVER=`,
-/// `CORRAL_TOKEN=`, `CORRAL_AGENT_GROUP=` lines of the user data a provider wrote.
+/// `corral-group`, `corral-agent` and `corral-bootstrap-token` (instance tags in metadata must
+/// be enabled), and `CORRAL_SERVER=`, `CORRAL_TOKEN=`, `CORRAL_AGENT_GROUP=`, `CORRAL_AGENT_ID=`
+/// lines of the user data a provider wrote.
 pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
     let endpoint = endpoint.trim_end_matches('/');
     let fail = |message: String| MetadataError::Imds {
@@ -87,12 +110,27 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
             }
         }
     };
+    let tag = |key: &'static str| {
+        let get = &get;
+        async move {
+            get(key)
+                .await
+                .map(|v| v.map(|v| v.trim().to_string()).filter(|v| !v.is_empty()))
+        }
+    };
+    // Tags first: an Auto Scaling group's instances get their agent id and token as tags
+    // (their launch template's user data is the same for all); user data fills in the rest.
     let mut found = Found {
-        group: get("/latest/meta-data/tags/instance/corral-group")
+        group: tag("/latest/meta-data/tags/instance/corral-group")
             .await
-            .map_err(fail)?
-            .map(|g| g.trim().to_string()),
-        ..Found::default()
+            .map_err(fail)?,
+        id: tag("/latest/meta-data/tags/instance/corral-agent")
+            .await
+            .map_err(fail)?,
+        token: tag("/latest/meta-data/tags/instance/corral-bootstrap-token")
+            .await
+            .map_err(fail)?,
+        manager: None,
     };
     if let Some(user_data) = get("/latest/user-data").await.map_err(fail)? {
         for line in user_data.lines() {
@@ -102,8 +140,9 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
             let v = v.trim().trim_matches(|c| c == '"' || c == '\'').to_string();
             match k.trim() {
                 "CORRAL_SERVER" => found.manager = Some(v),
-                "CORRAL_TOKEN" => found.token = Some(v),
+                "CORRAL_TOKEN" if found.token.is_none() => found.token = Some(v),
                 "CORRAL_AGENT_GROUP" if found.group.is_none() => found.group = Some(v),
+                "CORRAL_AGENT_ID" if found.id.is_none() => found.id = Some(v),
                 _ => {}
             }
         }
@@ -116,21 +155,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_the_group_from_downward_api_labels() {
+    fn reads_group_agent_and_bootstrap_from_downward_api_files() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("labels");
+        let (labels, annotations) = (dir.path().join("labels"), dir.path().join("annotations"));
         // The downward API's format, as the kubelet writes it.
         std::fs::write(
-            &path,
+            &labels,
             "app=\"trainer\"\ncorral.io/group=\"gpu-a100\"\npod-template-hash=\"5d8f\"\n",
         )
         .unwrap();
-        assert_eq!(
-            from_pod_labels(&path).unwrap().group.as_deref(),
-            Some("gpu-a100")
-        );
-        std::fs::write(&path, "app=\"trainer\"\n").unwrap();
-        assert_eq!(from_pod_labels(&path).unwrap().group, None);
-        assert!(from_pod_labels(&dir.path().join("missing")).is_err());
+        let found = from_pod_files(&labels, &annotations).unwrap();
+        assert_eq!(found.group.as_deref(), Some("gpu-a100"));
+        assert_eq!((found.id, found.token), (None, None), "no annotations file: no token");
+
+        // A StatefulSet's pod, labelled and annotated by the provider after it started.
+        std::fs::write(
+            &labels,
+            "corral.io/agent=\"gpu-a100-0a1b2c3d4e\"\ncorral.io/group=\"gpu-a100\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &annotations,
+            "corral.io/bootstrap-token=\"corral_abc\"\ncorral.io/server=\"http://10.0.0.5:8470\"\n",
+        )
+        .unwrap();
+        let found = from_pod_files(&labels, &annotations).unwrap();
+        assert_eq!(found.id.as_deref(), Some("gpu-a100-0a1b2c3d4e"));
+        assert_eq!(found.token.as_deref(), Some("corral_abc"));
+        assert_eq!(found.manager.as_deref(), Some("http://10.0.0.5:8470"));
+
+        std::fs::write(&labels, "app=\"trainer\"\n").unwrap();
+        assert_eq!(from_pod_files(&labels, &annotations).unwrap().group, None);
+        assert!(from_pod_files(&dir.path().join("missing"), &annotations).is_err());
     }
 }

@@ -68,13 +68,14 @@ async fn stand_in(group_tag: Option<&'static str>, user_data: &'static str) -> S
 async fn the_group_comes_from_the_instance_tag_and_manager_and_token_from_user_data() {
     let endpoint = stand_in(
         Some("gpu-a100"),
-        "#!/bin/sh\nexport CORRAL_SERVER=http://10.0.0.5:8470\nCORRAL_TOKEN='corral_abc'\n",
+        "#!/bin/sh\nexport CORRAL_SERVER=http://10.0.0.5:8470\nCORRAL_TOKEN='corral_abc'\nCORRAL_AGENT_ID=gpu-a100-0a1b2c3d4e\n",
     )
     .await;
     let found = corral_agent::metadata::from_imds(&endpoint).await.unwrap();
     assert_eq!(found.group.as_deref(), Some("gpu-a100"));
     assert_eq!(found.manager.as_deref(), Some("http://10.0.0.5:8470"));
     assert_eq!(found.token.as_deref(), Some("corral_abc"));
+    assert_eq!(found.id.as_deref(), Some("gpu-a100-0a1b2c3d4e"));
 }
 
 #[tokio::test]

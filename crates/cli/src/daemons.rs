@@ -56,6 +56,10 @@ pub struct AgentArgs {
     /// The downward API file holding the pod's labels.
     #[arg(long, value_name = "PATH", default_value = "/etc/podinfo/labels")]
     pub pod_labels: PathBuf,
+    /// The downward API file holding the pod's annotations (a StatefulSet's pods get their
+    /// bootstrap token there).
+    #[arg(long, value_name = "PATH", default_value = "/etc/podinfo/annotations")]
+    pub pod_annotations: PathBuf,
     /// The instance metadata service (IMDSv2).
     #[arg(
         long,
@@ -99,14 +103,13 @@ pub async fn runtime_of(kind: RuntimeKind, agent: &str) -> Result<Runtime> {
     })
 }
 
-/// Runs the agent daemon until Ctrl-C.
 /// Runs the agent daemon until Ctrl-C. Flags and environment win; then the metadata source the
 /// operator named; then the client config file.
 pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>) -> Result<()> {
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let found = match args.metadata {
         Metadata::None => corral_agent::metadata::Found::default(),
-        Metadata::Kubernetes => corral_agent::metadata::from_pod_labels(&args.pod_labels)?,
+        Metadata::Kubernetes => pod_metadata(&args, token.is_some())?,
         Metadata::Aws => rt.block_on(corral_agent::metadata::from_imds(&args.imds_endpoint))?,
     };
     let Some(group) = args.group.clone().or(found.group) else {
@@ -135,7 +138,7 @@ pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>)
     let config = corral_agent::Config {
         manager: server,
         token,
-        id: args.id.unwrap_or_else(host_name),
+        id: args.id.or(found.id).unwrap_or_else(host_name),
         group,
         capacity,
         labels,
@@ -146,12 +149,25 @@ pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>)
     crate::init_logs();
     rt.block_on(async {
         let runtime = runtime_of(args.runtime, &config.id).await?;
-        corral_agent::run(config, runtime, async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
+        corral_agent::run(config, runtime, crate::stop_signal())
         .await
         .map_err(anyhow::Error::from)
     })
+}
+
+/// What the pod's downward API files say. A StatefulSet's pod is labelled and annotated by the
+/// provider after it starts, and the kubelet refreshes the files within about a minute: without
+/// a token from flags or environment, wait for one (two minutes at most).
+fn pod_metadata(args: &AgentArgs, has_token: bool) -> Result<corral_agent::metadata::Found> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let found = corral_agent::metadata::from_pod_files(&args.pod_labels, &args.pod_annotations)?;
+        let token = has_token || found.token.is_some();
+        if token || std::time::Instant::now() >= deadline {
+            return Ok(found);
+        }
+        std::thread::sleep(Duration::from_secs(2));
+    }
 }
 
 /// `corral dev`: one machine, everything.

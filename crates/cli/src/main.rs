@@ -66,6 +66,10 @@ enum Command {
         /// on_agent_lost policy.
         #[arg(long, default_value_t = 30)]
         lost_after_secs: u64,
+        /// The URL agents that providers launch use to reach this manager [default:
+        /// http://<listen>, with 127.0.0.1 for 0.0.0.0].
+        #[arg(long, env = "CORRAL_ADVERTISE_URL", value_name = "URL")]
+        advertise_url: Option<String>,
     },
     /// Run a benchmark and print one `name value unit` line per case.
     Bench {
@@ -131,6 +135,7 @@ fn run(cli: Cli) -> Result<()> {
             tick_secs,
             heartbeat_secs,
             lost_after_secs,
+            advertise_url,
         } => {
             if lost_after_secs <= heartbeat_secs {
                 anyhow::bail!("--lost-after-secs ({lost_after_secs}) must be longer than --heartbeat-secs ({heartbeat_secs})");
@@ -145,12 +150,13 @@ fn run(cli: Cli) -> Result<()> {
                 tick,
                 heartbeat: std::time::Duration::from_secs(heartbeat_secs.max(1)),
                 lost_after: std::time::Duration::from_secs(lost_after_secs),
+                advertise_url,
                 ..Default::default()
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async {
                 let shutdown = async {
-                    let _ = tokio::signal::ctrl_c().await;
+                    stop_signal().await;
                 };
                 corral_manager::serve(config, shutdown).await
             })?;
@@ -175,4 +181,14 @@ pub(crate) fn init_logs() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+}
+
+/// Ctrl-C or SIGTERM (what service managers and providers stop daemons with).
+async fn stop_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

@@ -99,10 +99,19 @@ async fn join(
     let keep = existing.filter(|a| {
         matches!(a.state, AgentState::Alive | AgentState::Marked) && a.group == group.name
     });
+    // An instance a provider launched for this group joins as its agent, of its template.
+    let instance = app
+        .store
+        .get_instance(&req.id)
+        .await?
+        .filter(|i| i.group == group.name);
     let agent = Agent {
         id: AgentId(req.id.clone()),
         group: group.name.clone(),
-        template: keep.as_ref().and_then(|a| a.template.clone()),
+        template: instance
+            .as_ref()
+            .map(|i| i.template.clone())
+            .or_else(|| keep.as_ref().and_then(|a| a.template.clone())),
         capacity: req.capacity,
         allocated: keep
             .as_ref()
@@ -116,18 +125,30 @@ async fn join(
     };
     // Last, after every check: a bootstrap token is used up here.
     joiner.admit(&app, &req.id, &group.name).await?;
-    app.store.upsert_agent(&agent, now).await?;
-    let (_, token) = create_token(&app.store, Role::Agent, &req.id, now).await?;
+    let joined = NewEvent {
+        at: now,
+        group: Some(group.name.clone()),
+        session: None,
+        agent: Some(req.id.clone()),
+        kind: "joined".into(),
+        message: format!("agent {} joined with {}", req.id, agent.capacity),
+    };
     app.store
-        .record_event(&NewEvent {
-            at: now,
-            group: Some(group.name.clone()),
-            session: None,
-            agent: Some(req.id.clone()),
-            kind: "joined".into(),
-            message: format!("agent {} joined with {}", req.id, agent.capacity),
-        })
+        .upsert_agent_with_event(&agent, Some(&joined), now)
         .await?;
+    if instance.is_some() {
+        app.store
+            .move_instance(
+                &req.id,
+                &corral_store::InstancePhase::IN_FLIGHT,
+                corral_store::InstancePhase::Joined,
+                None,
+                "its agent joined",
+                now,
+            )
+            .await?;
+    }
+    let (_, token) = create_token(&app.store, Role::Agent, &req.id, now).await?;
     app.control.wake(&group.name);
     Ok((
         StatusCode::CREATED,

@@ -11,7 +11,8 @@ use axum::{Json, Router};
 use corral_core::admission::admit;
 use corral_core::plan::plan;
 use corral_core::*;
-use corral_store::{EventFilter, Role, SessionFilter, SessionRecord};
+use corral_provider::ProviderConfig;
+use corral_store::{EventFilter, InstancePhase, Role, SessionFilter, SessionRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
@@ -46,6 +47,11 @@ pub fn router(app: App) -> Router {
             "/api/v1/groups/{name}/templates",
             get(get_templates).put(put_templates),
         )
+        .route(
+            "/api/v1/groups/{name}/provider",
+            get(get_provider).put(put_provider),
+        )
+        .route("/api/v1/groups/{name}/instances", get(list_instances))
         .route("/api/v1/groups/{name}/pending", get(pending))
         .route("/api/v1/groups/{name}/shares", get(shares))
         .route("/api/v1/groups/{name}/required", post(required))
@@ -161,6 +167,7 @@ async fn new_bootstrap_token(
     let (token, expires_at) = crate::auth::create_bootstrap_token(
         &app.store,
         &name,
+        None,
         std::time::Duration::from_secs(b.ttl_secs),
         now(),
     )
@@ -183,6 +190,47 @@ struct GroupBody {
     scheduler: SchedulerConfig,
     #[serde(default)]
     templates: Vec<InstanceTemplate>,
+    /// The provider; absent means static on create and unchanged on replace.
+    #[serde(default)]
+    provider: Option<ProviderConfig>,
+}
+
+/// A group as the API shows it: its configuration, with its provider's secrets redacted.
+#[derive(Serialize)]
+struct GroupView {
+    #[serde(flatten)]
+    group: ScalingGroup,
+    provider: ProviderConfig,
+}
+
+/// The group's stored provider configuration (static when none is stored).
+async fn stored_provider(app: &App, name: &str) -> Result<ProviderConfig> {
+    match app.store.get_group_provider(name).await? {
+        None => Ok(ProviderConfig::default()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| {
+            ApiError::from(corral_store::StoreError::Corrupt(format!(
+                "group {name:?}, column provider: {e}"
+            )))
+        }),
+    }
+}
+
+async fn view(app: &App, group: ScalingGroup) -> Result<GroupView> {
+    let provider = stored_provider(app, &group.name).await?.redacted();
+    Ok(GroupView { group, provider })
+}
+
+/// Checks a provider configuration; errors name the field (`provider.options.region`).
+fn validated_provider(provider: ProviderConfig) -> Result<ProviderConfig> {
+    provider
+        .validate()
+        .map_err(|e| ApiError::invalid(&e.field, e.message))?;
+    Ok(provider)
+}
+
+fn provider_json(provider: &ProviderConfig) -> Result<String> {
+    serde_json::to_string(provider)
+        .map_err(|e| ApiError::from(corral_store::StoreError::Corrupt(e.to_string())))
 }
 
 fn validated(group: ScalingGroup) -> Result<ScalingGroup> {
@@ -203,8 +251,12 @@ async fn find_group(app: &App, name: &str) -> Result<ScalingGroup> {
         .ok_or_else(|| ApiError::not_found("group", name))
 }
 
-async fn list_groups(State(app): State<App>, _: Caller) -> Result<Json<Vec<ScalingGroup>>> {
-    Ok(Json(app.store.list_groups().await?))
+async fn list_groups(State(app): State<App>, _: Caller) -> Result<Json<Vec<GroupView>>> {
+    let mut views = Vec::new();
+    for group in app.store.list_groups().await? {
+        views.push(view(&app, group).await?);
+    }
+    Ok(Json(views))
 }
 
 async fn create_group(
@@ -219,17 +271,27 @@ async fn create_group(
         scheduler: b.scheduler,
         templates: b.templates,
     })?;
-    app.store.create_group(&group, now()).await?;
+    let provider = validated_provider(b.provider.unwrap_or_default())?;
+    app.store
+        .create_group_with_provider(&group, Some(&provider_json(&provider)?), now())
+        .await?;
     app.control.wake(&group.name);
-    Ok((StatusCode::CREATED, Json(group)))
+    Ok((
+        StatusCode::CREATED,
+        Json(GroupView {
+            group,
+            provider: provider.redacted(),
+        }),
+    ))
 }
 
 async fn get_group(
     State(app): State<App>,
     _: Caller,
     Path(name): Path<String>,
-) -> Result<Json<ScalingGroup>> {
-    Ok(Json(find_group(&app, &name).await?))
+) -> Result<Json<GroupView>> {
+    let group = find_group(&app, &name).await?;
+    Ok(Json(view(&app, group).await?))
 }
 
 async fn replace_group(
@@ -237,7 +299,7 @@ async fn replace_group(
     caller: Caller,
     Path(name): Path<String>,
     Body(b): Body<GroupBody>,
-) -> Result<Json<ScalingGroup>> {
+) -> Result<Json<GroupView>> {
     caller.require_admin()?;
     if b.name != name {
         return Err(ApiError::invalid(
@@ -248,16 +310,95 @@ async fn replace_group(
             ),
         ));
     }
-    update(
-        &app,
-        ScalingGroup {
-            name: b.name,
-            policy: b.policy,
-            scheduler: b.scheduler,
-            templates: b.templates,
-        },
-    )
-    .await
+    let group = validated(ScalingGroup {
+        name: b.name,
+        policy: b.policy,
+        scheduler: b.scheduler,
+        templates: b.templates,
+    })?;
+    // Validate everything before writing anything.
+    let provider = match b.provider {
+        Some(p) => {
+            let stored = stored_provider(&app, &name).await?;
+            Some(validated_provider(p.keep_secrets_of(&stored))?)
+        }
+        None => None,
+    };
+    find_group(&app, &name).await?;
+    if let Some(p) = &provider {
+        app.store
+            .set_group_provider(&name, Some(&provider_json(p)?), now())
+            .await?;
+    }
+    let Json(group) = update(&app, group).await?;
+    Ok(Json(view(&app, group).await?))
+}
+
+async fn get_provider(
+    State(app): State<App>,
+    _: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<ProviderConfig>> {
+    find_group(&app, &name).await?;
+    Ok(Json(stored_provider(&app, &name).await?.redacted()))
+}
+
+/// Replaces the group's provider configuration; secrets sent back redacted keep their values.
+async fn put_provider(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(provider): Body<ProviderConfig>,
+) -> Result<Json<ProviderConfig>> {
+    caller.require_admin()?;
+    find_group(&app, &name).await?;
+    let stored = stored_provider(&app, &name).await?;
+    let provider = validated_provider(provider.keep_secrets_of(&stored))?;
+    app.store
+        .set_group_provider(&name, Some(&provider_json(&provider)?), now())
+        .await?;
+    app.control.wake(&name);
+    if let Some(driver) = app.control.driver(&name) {
+        driver.kick();
+    }
+    Ok(Json(provider.redacted()))
+}
+
+/// The group's instances as the manager tracks them, and the templates held back now.
+async fn list_instances(
+    State(app): State<App>,
+    _: Caller,
+    Path(name): Path<String>,
+    Query(q): Query<InstancesQuery>,
+) -> Result<Json<Value>> {
+    find_group(&app, &name).await?;
+    let phases: &[InstancePhase] = if q.all {
+        &[
+            InstancePhase::Requested,
+            InstancePhase::Provisioning,
+            InstancePhase::Joined,
+            InstancePhase::Terminating,
+            InstancePhase::Terminated,
+            InstancePhase::Failed,
+        ]
+    } else {
+        &InstancePhase::LIVE
+    };
+    let instances = app.store.list_instances(&name, phases).await?;
+    let held = app
+        .control
+        .driver(&name)
+        .map(|d| d.limits(now()))
+        .unwrap_or_default();
+    Ok(Json(json!({"instances": instances, "held": held})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InstancesQuery {
+    /// Also ended instances (terminated, failed).
+    #[serde(default)]
+    all: bool,
 }
 
 async fn update(app: &App, group: ScalingGroup) -> Result<Json<ScalingGroup>> {
@@ -281,7 +422,7 @@ async fn put_policy(
     caller: Caller,
     Path(name): Path<String>,
     Body(b): Body<PolicyBody>,
-) -> Result<Json<ScalingGroup>> {
+) -> Result<Json<GroupView>> {
     caller.require_admin()?;
     let mut group = find_group(&app, &name).await?;
     if let Some(p) = b.policy {
@@ -290,7 +431,8 @@ async fn put_policy(
     if let Some(s) = b.scheduler {
         group.scheduler = s;
     }
-    update(&app, group).await
+    let Json(group) = update(&app, group).await?;
+    Ok(Json(view(&app, group).await?))
 }
 
 async fn get_templates(

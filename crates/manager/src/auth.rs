@@ -182,14 +182,14 @@ impl Joiner {
             Role::Agent if self.caller.user == agent => Ok(()),
             Role::Bootstrap if self.caller.user == group => match app
                 .store
-                .consume_bootstrap_token(&self.hash, crate::now())
+                .consume_bootstrap_token(&self.hash, agent, crate::now())
                 .await?
             {
                 Some(_) => Ok(()),
                 None => Err(ApiError::new(
                     axum::http::StatusCode::UNAUTHORIZED,
                     "unauthorized",
-                    "this bootstrap token was used already or has expired",
+                    "this bootstrap token was used already or has expired (or joins another agent id)",
                 )),
             },
             Role::Bootstrap => Err(ApiError::forbidden(format!(
@@ -212,17 +212,19 @@ impl FromRequestParts<App> for Joiner {
     }
 }
 
-/// Creates a one-time bootstrap token for `group`, good for `ttl`; returns it with its expiry.
+/// Creates a one-time bootstrap token for `group` (for agent id `agent` only, when given), good
+/// for `ttl`; returns it with its expiry.
 pub async fn create_bootstrap_token(
     store: &Store,
     group: &str,
+    agent: Option<&str>,
     ttl: std::time::Duration,
     now: Timestamp,
 ) -> Result<(String, Timestamp), corral_store::StoreError> {
     let (id, secret) = new_token();
     let expires = now.plus_secs(ttl.as_secs());
     store
-        .insert_bootstrap_token(&id, &hash(&secret), group, expires, now)
+        .insert_bootstrap_token(&id, &hash(&secret), group, agent, expires, now)
         .await?;
     Ok((secret, expires))
 }

@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corral_core::cycle;
-use corral_store::{Applied, NewEvent, Store, StoreError};
+use corral_store::{Applied, Store, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::now;
+use crate::scaling::{DriverConfig, GroupDriver};
 use crate::views::Views;
 
 /// Attempts of one pass when its apply loses a race with another writer.
@@ -25,10 +26,18 @@ pub struct Control {
     pub views: Views,
     /// Per agent, woken when something is placed on it (its sync may be waiting).
     agents: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Per group, the vendor half of its scaling driver.
+    drivers: Mutex<HashMap<String, Arc<GroupDriver>>>,
+    driver_config: DriverConfig,
 }
 
 impl Control {
-    pub fn new(store: Store, tick: Duration, min_interval: Duration) -> Arc<Self> {
+    pub fn new(
+        store: Store,
+        tick: Duration,
+        min_interval: Duration,
+        driver_config: DriverConfig,
+    ) -> Arc<Self> {
         Arc::new(Control {
             store,
             tick,
@@ -36,7 +45,31 @@ impl Control {
             workers: Mutex::default(),
             views: Views::default(),
             agents: Mutex::default(),
+            drivers: Mutex::default(),
+            driver_config,
         })
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn driver_config(&self) -> &DriverConfig {
+        &self.driver_config
+    }
+
+    /// The group has a worker (it exists, as far as the control loop knows).
+    pub(crate) fn knows(&self, group: &str) -> bool {
+        self.workers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(group)
+    }
+
+    /// The group's scaling driver, if its worker runs.
+    pub fn driver(&self, group: &str) -> Option<Arc<GroupDriver>> {
+        let drivers = self.drivers.lock().unwrap_or_else(|p| p.into_inner());
+        drivers.get(group).cloned()
     }
 
     /// Something happened to `group`: make sure its worker runs a pass soon. Wakes that arrive
@@ -50,7 +83,17 @@ impl Control {
                 let notify = Arc::new(Notify::new());
                 notify.notify_one();
                 workers.insert(group.to_string(), notify.clone());
+                let driver = Arc::new(GroupDriver::default());
+                self.drivers
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(group.to_string(), driver.clone());
                 tokio::spawn(self.clone().worker(group.to_string(), notify));
+                tokio::spawn(crate::scaling::drive(
+                    self.clone(),
+                    group.to_string(),
+                    driver,
+                ));
             }
         }
     }
@@ -71,6 +114,14 @@ impl Control {
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(notify) = workers.remove(group) {
             notify.notify_one();
+        }
+        let driver = self
+            .drivers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(group);
+        if let Some(driver) = driver {
+            driver.kick();
         }
     }
 
@@ -117,7 +168,11 @@ impl Control {
         loop {
             let now = now();
             let generation = self.views.generation(group);
-            let snapshot = store.snapshot(group, now).await?;
+            let mut snapshot = store.snapshot(group, now).await?;
+            let driver = self.driver(group);
+            if let Some(driver) = &driver {
+                snapshot.launch_limits = driver.limits(now);
+            }
             let decisions = cycle(&snapshot);
             let changes_agents = !(decisions.marks.is_empty()
                 && decisions.unmarks.is_empty()
@@ -125,27 +180,11 @@ impl Control {
             match store.apply(group, &snapshot, &decisions, now).await {
                 Err(StoreError::Conflict { .. }) if attempt + 1 < CONFLICT_RETRIES => attempt += 1,
                 Ok(applied) => {
-                    if !decisions.launches.is_empty() {
-                        // The static provider launches nothing: say so, so operators see why
-                        // sessions wait. Providers that launch arrive with the providers issue.
-                        let message = format!(
-                            "the static provider cannot launch instances ({}); add agents by hand",
-                            decisions
-                                .launches
-                                .iter()
-                                .map(|l| format!("{} x {}", l.count, l.template))
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        );
-                        let event = NewEvent {
-                            at: now,
-                            group: Some(group.to_string()),
-                            session: None,
-                            agent: None,
-                            kind: "provider".into(),
-                            message,
-                        };
-                        store.record_event(&event).await?;
+                    if let Some(driver) = &driver {
+                        driver.launched(&decisions.launches, now);
+                        if !(decisions.launches.is_empty() && decisions.terminations.is_empty()) {
+                            driver.kick();
+                        }
                     }
                     let mut placed_on: Vec<&str> = decisions
                         .placements

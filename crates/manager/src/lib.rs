@@ -8,6 +8,7 @@ pub mod auth;
 pub mod control;
 pub mod error;
 mod extract;
+pub mod scaling;
 mod submit;
 mod views;
 
@@ -37,6 +38,11 @@ pub struct Config {
     pub heartbeat: Duration,
     /// An agent silent this long is lost; its sessions follow its group's `on_agent_lost`.
     pub lost_after: Duration,
+    /// Where agents that providers launch reach the manager [default: `http://<listen>`, with
+    /// 127.0.0.1 for an unspecified address].
+    pub advertise_url: Option<String>,
+    /// The `corral` executable the process provider starts [default: this executable].
+    pub corral_binary: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -49,6 +55,30 @@ impl Default for Config {
             min_pass_interval: Duration::from_millis(20),
             heartbeat: Duration::from_secs(5),
             lost_after: Duration::from_secs(30),
+            advertise_url: None,
+            corral_binary: None,
+        }
+    }
+}
+
+impl Config {
+    fn driver_config(&self) -> scaling::DriverConfig {
+        let manager_url = self.advertise_url.clone().unwrap_or_else(|| {
+            let mut addr = self.listen;
+            if addr.ip().is_unspecified() {
+                addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            }
+            format!("http://{addr}")
+        });
+        let corral_binary = self
+            .corral_binary
+            .clone()
+            .or_else(|| std::env::current_exe().ok())
+            .unwrap_or_else(|| PathBuf::from("corral"));
+        scaling::DriverConfig {
+            manager_url: manager_url.trim_end_matches('/').to_string(),
+            corral_binary,
+            state_dir: self.data_dir.join("providers"),
         }
     }
 }
@@ -101,7 +131,12 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         None => Store::open_sqlite_dir(&config.data_dir).await?,
     };
     auth::bootstrap_admin(&store, &config.data_dir, now()).await?;
-    let control = Control::new(store.clone(), config.tick, config.min_pass_interval);
+    let control = Control::new(
+        store.clone(),
+        config.tick,
+        config.min_pass_interval,
+        config.driver_config(),
+    );
     for group in store.list_groups().await? {
         control.wake(&group.name);
     }

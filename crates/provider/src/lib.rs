@@ -21,6 +21,7 @@ pub mod docker;
 pub mod exec;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
+mod local;
 pub mod options;
 pub mod process;
 pub mod static_provider;

@@ -79,7 +79,11 @@ impl ProviderConfig {
         self.launch.validate().map_err(|(field, message)| {
             ConfigError::new(format!("provider.launch.{field}"), message)
         })?;
-        if self.options.values().any(|v| v == REDACTED) {
+        let redacted = |v: &Value| match v {
+            Value::Object(map) => map.values().any(|v| v == REDACTED),
+            v => v == REDACTED,
+        };
+        if self.options.values().any(redacted) {
             return Err(ConfigError::new(
                 "provider.options",
                 format!("{REDACTED} stands for a stored secret; this group has none to keep"),

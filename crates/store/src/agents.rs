@@ -6,7 +6,7 @@ use corral_core::{Agent, AgentId, AgentState, SessionState, Timestamp};
 
 use crate::codec::{name_of, to_json, Fields};
 use crate::error::{Result, StoreError};
-use crate::events::NewEvent;
+use crate::events::{insert_event, NewEvent};
 use crate::Store;
 
 macro_rules! agent_columns {
@@ -40,7 +40,21 @@ impl Store {
     /// emptied, or joined empty without a time, gets `now`). `NotFound` if its group does not
     /// exist.
     pub async fn upsert_agent(&self, agent: &Agent, now: Timestamp) -> Result<()> {
+        self.upsert_agent_with_event(agent, None, now).await
+    }
+
+    /// [`Store::upsert_agent`], with an event written in the same transaction (an agent's
+    /// `joined` comes before anything placed on it).
+    pub async fn upsert_agent_with_event(
+        &self,
+        agent: &Agent,
+        event: Option<&NewEvent>,
+        now: Timestamp,
+    ) -> Result<()> {
         let mut tx = self.write_tx().await?;
+        if let Some(event) = event {
+            insert_event(&mut tx, event).await?;
+        }
         let group = sqlx::query(self.locking((
             "SELECT name FROM groups WHERE name = $1",
             "SELECT name FROM groups WHERE name = $1 FOR KEY SHARE",

@@ -27,17 +27,29 @@ pub(crate) fn image_from_row(row: &AnyRow) -> Result<Image> {
 }
 
 impl Store {
-    /// Creates a group; `Conflict` if one of that name exists.
+    /// Creates a group with the static provider; `Conflict` if one of that name exists.
     pub async fn create_group(&self, group: &ScalingGroup, now: Timestamp) -> Result<()> {
+        self.create_group_with_provider(group, None, now).await
+    }
+
+    /// Creates a group with its provider configuration (JSON; `None` is the static provider).
+    pub async fn create_group_with_provider(
+        &self,
+        group: &ScalingGroup,
+        provider: Option<&str>,
+        now: Timestamp,
+    ) -> Result<()> {
         let done = sqlx::query(
             "INSERT INTO groups (name, policy, scheduler, templates, last_scale_out, created_at, \
-             updated_at) VALUES ($1, $2, $3, $4, NULL, $5, $5) ON CONFLICT (name) DO NOTHING",
+             updated_at, provider) VALUES ($1, $2, $3, $4, NULL, $5, $5, $6) \
+             ON CONFLICT (name) DO NOTHING",
         )
         .bind(&group.name)
         .bind(to_json(&group.policy)?)
         .bind(to_json(&group.scheduler)?)
         .bind(to_json(&group.templates)?)
         .bind(now.0)
+        .bind(provider)
         .execute(&self.write)
         .await?;
         if done.rows_affected() == 0 {
@@ -85,6 +97,36 @@ impl Store {
         Ok(())
     }
 
+    /// The group's provider configuration (JSON), `None` for the static provider; `NotFound`
+    /// if the group does not exist.
+    pub async fn get_group_provider(&self, name: &str) -> Result<Option<String>> {
+        let row: Option<Option<String>> =
+            sqlx::query_scalar("SELECT provider FROM groups WHERE name = $1")
+                .bind(name)
+                .fetch_optional(&self.read)
+                .await?;
+        row.ok_or_else(|| StoreError::not_found("group", name))
+    }
+
+    /// Replaces a group's provider configuration (JSON; `None` is the static provider).
+    pub async fn set_group_provider(
+        &self,
+        name: &str,
+        provider: Option<&str>,
+        now: Timestamp,
+    ) -> Result<()> {
+        let done = sqlx::query("UPDATE groups SET provider = $2, updated_at = $3 WHERE name = $1")
+            .bind(name)
+            .bind(provider)
+            .bind(now.0)
+            .execute(&self.write)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::not_found("group", name));
+        }
+        Ok(())
+    }
+
     /// Deletes a group. `Refused` while it has agents that are not terminated, sessions that are
     /// pending, scheduled or running, or launches in flight (their instances would be orphaned).
     /// Its ended sessions, terminated agents and events stay, as history.
@@ -112,14 +154,17 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let launches: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM in_flight WHERE group_name = $1")
+            sqlx::query_scalar(
+                "SELECT COUNT(*) FROM instances WHERE group_name = $1 \
+                 AND state IN ('requested', 'provisioning', 'joined', 'terminating')",
+            )
                 .bind(name)
                 .fetch_one(&mut *tx)
                 .await?;
         if agents + sessions + launches > 0 {
             return Err(StoreError::Refused(format!(
                 "group {name:?} is in use: {agents} agent(s) not terminated, {sessions} \
-                 session(s) pending, scheduled or running, {launches} launch(es) in flight"
+                 session(s) pending, scheduled or running, {launches} instance(s) launched and not terminated"
             )));
         }
         sqlx::query("DELETE FROM groups WHERE name = $1")

@@ -5,7 +5,6 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
-use sqlx::any::AnyRow;
 
 use corral_core::{
     Agent, AgentState, Decisions, HeadOfLine, InFlight, Sequencer, Session, SessionState, Slots,
@@ -17,10 +16,11 @@ use crate::catalog::{group_from_row, image_from_row};
 use crate::codec::{count, name_of, Fields};
 use crate::error::{Result, StoreError};
 use crate::events::{insert_event, insert_events_many, NewEvent};
+use crate::instances::{insert_requested, terminate_for_agents, InstancePhase, InstanceRecord};
 use crate::sessions::{
     core_session_columns, insert_history, insert_history_many, session_from_row, ROWS_PER_STATEMENT,
 };
-use crate::{Store, Tx};
+use crate::Store;
 
 /// What one `apply` wrote.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -37,26 +37,6 @@ pub struct Applied {
     pub events: usize,
 }
 
-/// An in-flight launch row: instances asked of a provider that have not joined yet.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct InFlightRecord {
-    pub id: i64,
-    pub group: String,
-    pub launch: InFlight,
-}
-
-fn in_flight_from_row(row: &AnyRow) -> Result<InFlightRecord> {
-    let f = Fields::numbered(row, "in-flight launch", "id")?;
-    Ok(InFlightRecord {
-        id: f.int("id")?,
-        group: f.text("group_name")?,
-        launch: InFlight {
-            template: f.text("template")?,
-            count: f.u32("count")?,
-            since: f.time("since")?,
-        },
-    })
-}
 
 /// An agent as the decisions leave it, beside what the snapshot read (the guard).
 struct AgentChange<'a> {
@@ -141,11 +121,7 @@ impl Store {
             .iter()
             .map(image_from_row)
             .collect::<Result<Vec<_>>>()?;
-        let in_flight = fetch_in_flight(&mut tx, group)
-            .await?
-            .into_iter()
-            .map(|r| r.launch)
-            .collect();
+        let in_flight = in_flight(&crate::instances::fetch(&mut tx, group, &InstancePhase::IN_FLIGHT).await?);
         tx.commit().await?;
         Ok(Snapshot {
             now,
@@ -157,14 +133,6 @@ impl Store {
             last_scale_out,
             launch_limits: Default::default(),
         })
-    }
-
-    /// The group's launches in flight, oldest first.
-    pub async fn list_in_flight(&self, group: &str) -> Result<Vec<InFlightRecord>> {
-        let mut tx = self.read_tx().await?;
-        let rows = fetch_in_flight(&mut tx, group).await?;
-        tx.commit().await?;
-        Ok(rows)
     }
 
     /// Writes one pass's decisions, computed from `snapshot`, in one transaction.
@@ -277,16 +245,7 @@ impl Store {
             }
         }
         for launch in &decisions.launches {
-            sqlx::query(
-                "INSERT INTO in_flight (group_name, template, count, since) \
-                 VALUES ($1, $2, $3, $4)",
-            )
-            .bind(group)
-            .bind(&launch.template)
-            .bind(count(launch.count))
-            .bind(now.0)
-            .execute(&mut *tx)
-            .await?;
+            insert_requested(&mut tx, group, &launch.template, launch.count, now).await?;
             let message = format!("{} × {}: {}", launch.count, launch.template, launch.reason);
             insert_event(&mut tx, &event("launch", None, None, message)).await?;
             applied.launched += u64::from(launch.count);
@@ -331,6 +290,8 @@ impl Store {
         applied.unmarked = decisions.unmarks.len();
         applied.marked = decisions.marks.len();
         applied.terminated = decisions.terminations.len();
+        let let_go: Vec<&str> = decisions.terminations.iter().map(|d| d.agent.0.as_str()).collect();
+        terminate_for_agents(&mut tx, &let_go, now).await?;
 
         // 3. Scheduling: one guarded UPDATE per (agent, allocation) and multi-row inserts, so
         //    a pass that places thousands of sessions costs tens of statements, not thousands.
@@ -433,17 +394,19 @@ impl Store {
     }
 }
 
-async fn fetch_in_flight(tx: &mut Tx, group: &str) -> Result<Vec<InFlightRecord>> {
-    sqlx::query(
-        "SELECT id, group_name, template, count, since FROM in_flight \
-         WHERE group_name = $1 ORDER BY id",
-    )
-    .bind(group)
-    .fetch_all(&mut **tx)
-    .await?
-    .iter()
-    .map(in_flight_from_row)
-    .collect()
+/// In-flight instances as the cycle counts them: per template, how many and since when.
+fn in_flight(rows: &[InstanceRecord]) -> Vec<InFlight> {
+    let mut by_template: BTreeMap<&str, InFlight> = BTreeMap::new();
+    for r in rows {
+        let f = by_template.entry(&r.template).or_insert_with(|| InFlight {
+            template: r.template.clone(),
+            count: 0,
+            since: r.requested_at,
+        });
+        f.count += 1;
+        f.since = f.since.min(r.requested_at);
+    }
+    by_template.into_values().collect()
 }
 
 /// Every agent the decisions touch, as they leave it, checked against the snapshot: unmarks

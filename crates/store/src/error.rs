@@ -28,7 +28,7 @@ pub enum StoreError {
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 impl StoreError {
-    pub(crate) fn not_found(what: &'static str, id: impl ToString) -> Self {
+    pub fn not_found(what: &'static str, id: impl ToString) -> Self {
         StoreError::NotFound {
             what,
             id: id.to_string(),

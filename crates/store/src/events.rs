@@ -129,24 +129,27 @@ pub(crate) async fn insert_events_many(tx: &mut Tx, events: &[NewEvent]) -> Resu
 }
 
 impl Store {
-    /// Stores a one-time bootstrap token for `group`, good until `expires_at`.
+    /// Stores a one-time bootstrap token for `group`, good until `expires_at`; with `agent`, it
+    /// joins that agent id only (a launched instance's).
     pub async fn insert_bootstrap_token(
         &self,
         id: &str,
         hash: &str,
         group: &str,
+        agent: Option<&str>,
         expires_at: Timestamp,
         now: Timestamp,
     ) -> Result<()> {
         let done = sqlx::query(
-            "INSERT INTO tokens (id, hash, role, user_name, created_at, expires_at) \
-             VALUES ($1, $2, 'bootstrap', $3, $4, $5) ON CONFLICT DO NOTHING",
+            "INSERT INTO tokens (id, hash, role, user_name, created_at, expires_at, agent_id) \
+             VALUES ($1, $2, 'bootstrap', $3, $4, $5, $6) ON CONFLICT DO NOTHING",
         )
         .bind(id)
         .bind(hash)
         .bind(group)
         .bind(now.0)
         .bind(expires_at.0)
+        .bind(agent)
         .execute(&self.write)
         .await?;
         if done.rows_affected() == 0 {
@@ -155,19 +158,23 @@ impl Store {
         Ok(())
     }
 
-    /// Uses up a bootstrap token: returns its group if it was unused and unexpired, and marks
-    /// it used in the same statement, so it works exactly once.
+    /// Uses up a bootstrap token for agent `agent`: returns its group if it was unused,
+    /// unexpired and not made for another agent, and marks it used in the same statement, so it
+    /// works exactly once.
     pub async fn consume_bootstrap_token(
         &self,
         hash: &str,
+        agent: &str,
         now: Timestamp,
     ) -> Result<Option<String>> {
         let group: Option<String> = sqlx::query_scalar(
             "UPDATE tokens SET used_at = $2 WHERE hash = $1 AND role = 'bootstrap' \
-             AND used_at IS NULL AND expires_at > $2 RETURNING user_name",
+             AND used_at IS NULL AND expires_at > $2 AND (agent_id IS NULL OR agent_id = $3) \
+             RETURNING user_name",
         )
         .bind(hash)
         .bind(now.0)
+        .bind(agent)
         .fetch_optional(&self.write)
         .await?;
         Ok(group)

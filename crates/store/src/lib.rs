@@ -15,6 +15,7 @@ mod codec;
 mod cycle;
 mod error;
 mod events;
+mod instances;
 mod sessions;
 pub mod testing;
 
@@ -26,7 +27,8 @@ use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, SqlSafeStr, Transaction};
 
-pub use cycle::{Applied, InFlightRecord, MAX_PENDING_PER_PASS};
+pub use cycle::{Applied, MAX_PENDING_PER_PASS};
+pub use instances::{InstancePhase, InstanceRecord};
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
 pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
@@ -58,6 +60,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "bootstrap",
         include_str!("../migrations/sqlite/0004_bootstrap.sql"),
         include_str!("../migrations/postgres/0004_bootstrap.sql"),
+    ),
+    (
+        5,
+        "instances",
+        include_str!("../migrations/sqlite/0005_instances.sql"),
+        include_str!("../migrations/postgres/0005_instances.sql"),
     ),
 ];
 

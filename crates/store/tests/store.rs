@@ -4,7 +4,9 @@ mod common;
 
 use corral_core::slots::{Quantity, SlotName};
 use corral_core::*;
-use corral_store::{Backend, EventFilter, NewEvent, Role, SessionFilter, Store, StoreError};
+use corral_store::{
+    Backend, EventFilter, InstancePhase, NewEvent, Role, SessionFilter, Store, StoreError,
+};
 
 use common::*;
 
@@ -588,14 +590,14 @@ on_both!(apply_writes_every_decision, |db| {
             ("a5", AgentState::Alive, "".into(), Some(t(100))),
         ]
     );
-    let in_flight = s.list_in_flight("g").await.unwrap();
-    assert_eq!(in_flight.len(), 1);
+    let in_flight = s
+        .list_instances("g", &InstancePhase::IN_FLIGHT)
+        .await
+        .unwrap();
+    assert_eq!(in_flight.len(), 1, "one row per instance");
     assert_eq!(
-        (
-            in_flight[0].launch.template.as_str(),
-            in_flight[0].launch.count
-        ),
-        ("small", 1)
+        (in_flight[0].template.as_str(), in_flight[0].phase),
+        ("small", InstancePhase::Requested)
     );
     assert_eq!(
         s.snapshot("g", t(101)).await.unwrap().last_scale_out,
@@ -739,7 +741,11 @@ on_both!(race_second_apply_from_same_snapshot_conflicts, |db| {
     assert_eq!(session_state(s, "s2").await, SessionState::Pending);
     assert_eq!(session_state(s, "s3").await, SessionState::Pending);
     assert_eq!(s.get_session("s2").await.unwrap().unwrap().history.len(), 1);
-    assert!(s.list_in_flight("g").await.unwrap().is_empty());
+    assert!(s
+        .list_instances("g", &InstancePhase::IN_FLIGHT)
+        .await
+        .unwrap()
+        .is_empty());
     assert_eq!(s.snapshot("g", t(23)).await.unwrap().last_scale_out, None);
     assert_eq!(
         s.list_events(&EventFilter::default()).await.unwrap().len(),
@@ -778,7 +784,14 @@ on_both!(race_guards_launches_and_ended_sessions, |db| {
         s.apply("g", &snap, &launch, t(22)).await,
         Err(StoreError::Conflict { what: "group", .. })
     ));
-    assert_eq!(s.list_in_flight("g").await.unwrap().len(), 1);
+    assert_eq!(
+        s.list_instances("g", &InstancePhase::IN_FLIGHT)
+            .await
+            .unwrap()
+            .len(),
+        2,
+        "the first pass's two instances only"
+    );
 
     // A session cancelled after the snapshot is not placed.
     let snap = s.snapshot("g", t(30)).await.unwrap();
@@ -1120,3 +1133,108 @@ async fn sqlite_two_processes_take_turns() {
     );
     assert_eq!(allocated(&one, "a1").await, "cpu=4");
 }
+
+on_both!(instances_follow_launches_joins_and_terminations, |db| {
+    let s = &db.store;
+    populate(s, "g", &[], &[]).await;
+    let snap = s.snapshot("g", t(10)).await.unwrap();
+    let launch = Decisions {
+        launches: vec![Launch {
+            template: "small".into(),
+            count: 2,
+            reason: "demand".into(),
+        }],
+        ..Default::default()
+    };
+    s.apply("g", &snap, &launch, t(11)).await.unwrap();
+    let rows = s
+        .list_instances("g", &InstancePhase::IN_FLIGHT)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.phase == InstancePhase::Requested
+        && r.template == "small"
+        && r.id.starts_with("g-")
+        && r.provider_id.is_none()));
+    let id = rows[0].id.clone();
+
+    // The provider started it: it is still in flight, now with its vendor id.
+    let to_provisioning = |now| {
+        s.move_instance(
+            &id,
+            &[InstancePhase::Requested],
+            InstancePhase::Provisioning,
+            Some("i-1"),
+            "launched",
+            t(now),
+        )
+    };
+    assert!(to_provisioning(12).await.unwrap());
+    assert!(!to_provisioning(13).await.unwrap(), "moves only from where it is");
+    assert_eq!(s.snapshot("g", t(14)).await.unwrap().in_flight[0].count, 2);
+
+    // Its agent joined: one left in flight.
+    assert!(s
+        .move_instance(&id, &[InstancePhase::Provisioning], InstancePhase::Joined, None, "joined", t(15))
+        .await
+        .unwrap());
+    assert_eq!(s.snapshot("g", t(16)).await.unwrap().in_flight[0].count, 1);
+    let joined = s.get_instance(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (joined.phase, joined.provider_id.as_deref()),
+        (InstancePhase::Joined, Some("i-1")),
+        "the vendor id is kept"
+    );
+
+    // The cycle lets its agent go: the provider is to terminate the instance.
+    let mut a = agent(&id, "g", "cpu=2");
+    a.state = AgentState::Marked;
+    s.upsert_agent(&a, t(17)).await.unwrap();
+    let snap = s.snapshot("g", t(18)).await.unwrap();
+    let let_go = Decisions {
+        terminations: vec![AgentDecision {
+            agent: AgentId(id.clone()),
+            reason: "idle".into(),
+        }],
+        ..Default::default()
+    };
+    s.apply("g", &snap, &let_go, t(19)).await.unwrap();
+    let terminating = s
+        .list_instances("g", &[InstancePhase::Terminating])
+        .await
+        .unwrap();
+    assert_eq!(terminating.len(), 1);
+    assert_eq!(terminating[0].id, id);
+    assert!(matches!(
+        s.delete_group("g").await,
+        Err(StoreError::Refused(m)) if m.contains("instance")
+    ));
+});
+
+on_both!(provider_configuration_and_instance_bootstrap_tokens, |db| {
+    let s = &db.store;
+    populate(s, "g", &[], &[]).await;
+    assert_eq!(s.get_group_provider("g").await.unwrap(), None, "static");
+    let config = r#"{"name":"process"}"#;
+    s.set_group_provider("g", Some(config), t(1)).await.unwrap();
+    assert_eq!(s.get_group_provider("g").await.unwrap().as_deref(), Some(config));
+    assert!(matches!(
+        s.get_group_provider("nope").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        s.set_group_provider("nope", None, t(1)).await,
+        Err(StoreError::NotFound { .. })
+    ));
+
+    // A token made for one instance joins that agent id only, once.
+    s.insert_bootstrap_token("tok", "hash", "g", Some("g-1"), t(100), t(1))
+        .await
+        .unwrap();
+    assert_eq!(s.consume_bootstrap_token("hash", "g-2", t(2)).await.unwrap(), None);
+    assert_eq!(
+        s.consume_bootstrap_token("hash", "g-1", t(2)).await.unwrap().as_deref(),
+        Some("g")
+    );
+    assert_eq!(s.consume_bootstrap_token("hash", "g-1", t(3)).await.unwrap(), None);
+});

@@ -103,6 +103,40 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// Show a group's provider (secrets redacted), or change it (admin): --file replaces it,
+    /// --provider, --option and --launch change single fields of the current one.
+    Provider {
+        /// The group's name.
+        name: String,
+        /// A provider as JSON ({"name", "options", "launch"}); `-` reads standard input.
+        #[arg(long, value_name = "PROVIDER.json")]
+        file: Option<PathBuf>,
+        /// The provider: static, process, docker, aws, kubernetes or exec.
+        #[arg(long = "provider", value_name = "NAME")]
+        provider: Option<String>,
+        /// A provider option, KEY=VALUE (VALUE is read as JSON when it parses, else as text);
+        /// KEY= removes it. Repeat for more.
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
+        /// A launch setting, KEY=SECONDS or budget=N (backoff_initial_secs, backoff_max_secs,
+        /// budget, budget_window_secs, max_provisioning_secs, orphan_grace_secs, reconcile_secs,
+        /// call_timeout_secs). Repeat for more.
+        #[arg(long = "launch", value_name = "KEY=N")]
+        launch: Vec<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Instances the group's provider launched, their state, and templates held back by
+    /// backoff or launch budget.
+    Instances {
+        /// The group's name.
+        name: String,
+        /// Also terminated and failed instances.
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        out: Out,
+    },
     /// Create a one-time token an agent joins this group with (`corral agent --token`); it
     /// expires unused after --ttl-secs (admin). Prints the token only.
     BootstrapToken {
@@ -355,6 +389,33 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 print_plan(&parse(&reply)?);
             }
         }
+        Command::Provider {
+            name,
+            file,
+            provider,
+            options,
+            launch,
+            out,
+        } => {
+            let changes = file.is_some() || provider.is_some() || !options.is_empty() || !launch.is_empty();
+            let reply = if changes {
+                let current = api.get(&["groups", &name, "provider"], &[]).await?;
+                let body = provider_body(&current.value, file.as_deref(), provider, &options, &launch)?;
+                api.put(&["groups", &name, "provider"], &body).await?
+            } else {
+                api.get(&["groups", &name, "provider"], &[]).await?
+            };
+            if !render::json(out.output, &reply) {
+                print_provider(&reply.value);
+            }
+        }
+        Command::Instances { name, all, out } => {
+            let query = [("all", all.then(|| "true".to_string()))];
+            let reply = api.get(&["groups", &name, "instances"], &query).await?;
+            if !render::json(out.output, &reply) {
+                print_instances(&parse(&reply)?);
+            }
+        }
         Command::BootstrapToken {
             name,
             ttl_secs,
@@ -399,6 +460,134 @@ fn create_body(name: &str, settings: &Settings, file: Option<&std::path::Path>) 
         }
     }
     Ok(body)
+}
+
+/// The body of `PUT /groups/NAME/provider`: the file's provider or the current one, with the
+/// flags applied. Secrets come back from the manager redacted, and sent so they stay as stored.
+fn provider_body(
+    current: &Value,
+    file: Option<&std::path::Path>,
+    name: Option<String>,
+    options: &[String],
+    launch: &[String],
+) -> Result<Value> {
+    let mut body = match file {
+        Some(path) => read_json(path)?,
+        None => current.clone(),
+    };
+    let what = file.map_or("the provider".to_string(), |p| p.display().to_string());
+    let provider = body
+        .as_object_mut()
+        .with_context(|| format!("{what}: a provider is a JSON object"))?;
+    if let Some(name) = name {
+        if provider.get("name").and_then(Value::as_str) != Some(name.as_str()) {
+            // Another provider's options mean nothing to this one.
+            provider.remove("options");
+        }
+        provider.insert("name".into(), name.into());
+    }
+    let mut section = |key: &str, pairs: &[String], numeric: bool| -> Result<()> {
+        if pairs.is_empty() {
+            return Ok(());
+        }
+        let map = provider
+            .entry(key)
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .with_context(|| format!("{what}: {key} is not an object"))?;
+        for pair in pairs {
+            let (k, v) = pair
+                .split_once('=')
+                .with_context(|| format!("--{}: {pair:?} is not KEY=VALUE", key.trim_end_matches('s')))?;
+            if v.is_empty() && !numeric {
+                map.remove(k);
+                continue;
+            }
+            let value = if numeric {
+                Value::from(v.parse::<u64>().with_context(|| {
+                    format!("--launch {k}: {v:?} is not a whole number")
+                })?)
+            } else {
+                serde_json::from_str(v).unwrap_or_else(|_| Value::from(v))
+            };
+            map.insert(k.to_string(), value);
+        }
+        Ok(())
+    };
+    section("options", options, false)?;
+    section("launch", launch, true)?;
+    Ok(body)
+}
+
+fn print_provider(p: &Value) {
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut rows = vec![("provider", text(&p["name"]))];
+    let options: Vec<(String, String)> = p["options"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (format!("option {k}"), text(v))).collect())
+        .unwrap_or_default();
+    let launch: Vec<(String, String)> = p["launch"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), text(v))).collect())
+        .unwrap_or_default();
+    let owned: Vec<(&str, String)> = options
+        .iter()
+        .chain(&launch)
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    rows.extend(owned);
+    fields(&rows);
+}
+
+#[derive(Deserialize)]
+struct Instances {
+    instances: Vec<InstanceRow>,
+    #[serde(default)]
+    held: BTreeMap<String, Held>,
+}
+
+#[derive(Deserialize)]
+struct InstanceRow {
+    id: String,
+    template: String,
+    phase: String,
+    provider_id: Option<String>,
+    requested_at: i64,
+    reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Held {
+    allowed: u32,
+    reason: String,
+}
+
+fn print_instances(list: &Instances) {
+    let rows: Vec<Vec<String>> = list
+        .instances
+        .iter()
+        .map(|i| {
+            vec![
+                i.id.clone(),
+                i.template.clone(),
+                i.phase.clone(),
+                or_dash(i.provider_id.as_deref()),
+                render::time(i.requested_at),
+                or_dash(i.reason.as_deref()),
+            ]
+        })
+        .collect();
+    table(
+        "instances",
+        &["AGENT", "TEMPLATE", "STATE", "INSTANCE", "REQUESTED", "REASON"],
+        &rows,
+    );
+    for (template, h) in &list.held {
+        println!("held: {template}: {} more now; {}", h.allowed, h.reason);
+    }
 }
 
 /// The body of `PUT /groups/NAME/policy`. The API replaces the policy and scheduler whole (a
@@ -474,6 +663,21 @@ struct Group {
     scheduler: Scheduler,
     #[serde(default)]
     templates: Vec<Template>,
+    #[serde(default)]
+    provider: ProviderName,
+}
+
+#[derive(Deserialize)]
+struct ProviderName {
+    name: String,
+}
+
+impl Default for ProviderName {
+    fn default() -> Self {
+        ProviderName {
+            name: "static".into(),
+        }
+    }
 }
 
 #[derive(Default, Deserialize)]
@@ -538,6 +742,7 @@ fn print_groups(groups: &[Group]) {
                 g.scheduler.placement.clone(),
                 g.scheduler.head_of_line.clone(),
                 g.templates.len().to_string(),
+                g.provider.name.clone(),
             ]
         })
         .collect();
@@ -551,6 +756,7 @@ fn print_groups(groups: &[Group]) {
             "PLACEMENT",
             "HEAD-OF-LINE",
             "TEMPLATES",
+            "PROVIDER",
         ],
         &rows,
     );
@@ -574,6 +780,7 @@ fn print_group(g: &Group) {
         ("scheduler", s.sequencer.clone()),
         ("placement", s.placement.clone()),
         ("head of line", head_of_line),
+        ("provider", g.provider.name.clone()),
     ]);
     if !g.templates.is_empty() {
         println!("\nTEMPLATES");

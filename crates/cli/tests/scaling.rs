@@ -1,0 +1,149 @@
+//! Groups that really grow and shrink: the `process` and `docker` providers start `corral agent`
+//! processes or containers for a group with min 0 and max 4, and the whole story (scale out, run,
+//! idle, mark, drain, scale back to 0) is read back from the events, as an operator would.
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{json, Value};
+
+use common::*;
+
+/// The group: demand policy, min 0, max 4, agents of one CPU each, quick scale-in.
+fn group(provider: Value) -> Value {
+    json!({
+        "name": "auto",
+        "policy": {"kind": "demand", "min_nodes": 0, "max_nodes": 4, "idle_wait_secs": 2,
+                   "cooldown_secs": 0, "max_launches_per_pass": 4},
+        "templates": [{"name": "small", "slots": "cpu=1,mem=512MiB", "price_per_hour": 0.05, "max": 4}],
+        "provider": provider,
+    })
+}
+
+/// The group's events, oldest first.
+fn events(c: &Cluster) -> Vec<Value> {
+    let mut list = c
+        .json(&["events", "--group", "auto", "--limit", "5000", "-o", "json"])
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    list.reverse();
+    list
+}
+
+fn live_instances(c: &Cluster) -> usize {
+    c.json(&["group", "instances", "auto", "-o", "json"])["instances"]
+        .as_array()
+        .map_or(usize::MAX, Vec::len)
+}
+
+/// The scenario of the providers issue, for one provider.
+fn scale_out_run_and_back_to_zero(provider: Value) {
+    let c = Cluster::start(5);
+    let file = c.dir.path().join("group.json");
+    std::fs::write(&file, group(provider).to_string()).unwrap();
+    let out = c.cli(&["group", "create", "auto", "--file", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // An impossible request is refused at submit, and launches nothing.
+    let out = c.cli(&[
+        "session", "submit", "--group", "auto", "--request", "cpu=8", "--", "true",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("cpu=8"), "{}", text(&out.stderr));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(live_instances(&c), 0, "nothing launched for it");
+
+    let ids: Vec<String> = (0..10)
+        .map(|i| {
+            c.submit(&[
+                "--group", "auto", "--request", "cpu=1", "--type", "batch", "--", "sh", "-c",
+                &format!("sleep 2; echo session {i}"),
+            ])
+        })
+        .collect();
+
+    // It scales out, never past 4, and runs them all.
+    let mut most = 0;
+    c.until_for(180, "all 10 sessions succeed", || {
+        most = most.max(live_instances(&c));
+        let list = c.json(&["session", "ls", "--group", "auto", "-o", "json"]);
+        let done = list
+            .as_array()?
+            .iter()
+            .filter(|s| ids.iter().any(|id| s["id"] == id.as_str()) && s["state"] == "succeeded")
+            .count();
+        (done == 10).then_some(())
+    });
+    assert!(most <= 4, "{most} instances at once; max is 4");
+    for id in &ids {
+        let out = c.cli(&["session", "logs", id]);
+        assert!(text(&out.stdout).starts_with("session "), "{id}: {}", text(&out.stdout));
+    }
+
+    // Idle: marked, drained, terminated; back to zero, and every instance is gone.
+    c.until_for(120, "the group is back to 0 agents", || {
+        let agents = c.json(&["agent", "ls", "-o", "json"]);
+        let standing = agents
+            .as_array()?
+            .iter()
+            .filter(|a| a["state"] != "terminated")
+            .count();
+        (standing == 0 && live_instances(&c) == 0).then_some(())
+    });
+
+    // The events tell the story, in order.
+    let events = events(&c);
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
+    let first = |kind: &str| {
+        kinds
+            .iter()
+            .position(|k| *k == kind)
+            .unwrap_or_else(|| panic!("no {kind} event in {kinds:?}"))
+    };
+    assert!(first("launch") < first("launched"), "{kinds:?}");
+    assert!(first("launched") < first("joined"), "{kinds:?}");
+    assert!(first("joined") < first("placed"), "{kinds:?}");
+    assert!(first("placed") < first("mark"), "{kinds:?}");
+    assert!(first("mark") < first("terminate"), "{kinds:?}");
+    assert!(first("terminate") < first("terminated"), "{kinds:?}");
+    let launched: usize = events
+        .iter()
+        .filter(|e| e["kind"] == "launched")
+        .filter_map(|e| e["message"].as_str())
+        .filter_map(|m| m.strip_prefix("launched ")?.split(' ').next()?.parse::<usize>().ok())
+        .sum();
+    let terminated = kinds.iter().filter(|k| **k == "terminated").count();
+    assert!(launched >= 1 && launched == terminated, "{launched} launched, {terminated} terminated");
+
+    // No session landed on a marked agent.
+    let mut marked: BTreeSet<&str> = BTreeSet::new();
+    for e in &events {
+        let agent = e["agent"].as_str().unwrap_or_default();
+        match e["kind"].as_str().unwrap_or_default() {
+            "mark" => {
+                marked.insert(agent);
+            }
+            "unmark" => {
+                marked.remove(agent);
+            }
+            "placed" => assert!(!marked.contains(agent), "placed on marked agent {agent}"),
+            _ => {}
+        }
+    }
+    // Every session ran on an agent the provider launched for the group.
+    let mut per_agent: BTreeMap<String, usize> = BTreeMap::new();
+    for e in events.iter().filter(|e| e["kind"] == "placed") {
+        *per_agent.entry(e["agent"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    assert!(per_agent.keys().all(|a| a.starts_with("auto-")), "{per_agent:?}");
+    assert_eq!(per_agent.values().sum::<usize>(), 10);
+}
+
+#[test]
+fn the_process_provider_scales_a_group_out_and_back_to_zero() {
+    scale_out_run_and_back_to_zero(json!({
+        "name": "process",
+        "launch": {"max_provisioning_secs": 60, "reconcile_secs": 2},
+    }));
+}

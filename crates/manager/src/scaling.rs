@@ -1,0 +1,581 @@
+//! The vendor half of each group's scaling driver at work. Passes decide launches and
+//! terminations and write them as instance rows; a driver task per group carries them out with
+//! the group's provider, outside the pass, so a slow cloud API never holds up scheduling:
+//!
+//! - requested instances are launched, each with a one-time bootstrap token for its agent id;
+//! - failures back the template off (the core's governor), so the next pass picks another;
+//! - instances that do not join within the provisioning time are terminated, as failures;
+//! - instances of agents the cycle let go are terminated;
+//! - every `reconcile_secs`, the provider's list is compared with what the manager knows:
+//!   unknown instances carrying the group's tag are terminated after a grace period, and agents
+//!   whose instance disappeared are lost (their sessions follow `on_agent_lost`) and terminated.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use corral_core::{AgentState, Governor, LaunchLimit, LaunchSettings, OnAgentLost, Timestamp};
+use corral_provider::{
+    Context, Instance, InstanceState, LaunchRequest, Provider, ProviderConfig, ProviderError,
+};
+use corral_store::{InstancePhase, InstanceRecord, NewEvent, Store, StoreError};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::control::Control;
+use crate::now;
+
+/// Where drivers find what local providers need.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Where launched agents reach the manager.
+    pub manager_url: String,
+    /// The `corral` executable the process provider starts.
+    pub corral_binary: PathBuf,
+    /// Providers keep their files under `<dir>/<group>`.
+    pub state_dir: PathBuf,
+}
+
+/// Per group: the launch governor and the driver task's wake-up.
+#[derive(Default)]
+pub struct GroupDriver {
+    notify: Notify,
+    governor: Mutex<(Governor, LaunchSettings)>,
+}
+
+impl GroupDriver {
+    /// What the next pass may launch of each template.
+    pub fn limits(&self, now: Timestamp) -> BTreeMap<String, LaunchLimit> {
+        let g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.limits(&g.1, now)
+    }
+
+    /// A pass decided these launches: they count against the templates' budgets.
+    pub fn launched(&self, launches: &[corral_core::Launch], now: Timestamp) {
+        let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
+        let (governor, settings) = &mut *g;
+        for l in launches {
+            governor.launched(settings, &l.template, l.count, now);
+        }
+    }
+
+    /// Runs a round soon.
+    pub fn kick(&self) {
+        self.notify.notify_one();
+    }
+
+    fn settings(&self) -> LaunchSettings {
+        self.governor.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+    }
+
+    /// Records a failure of `template`; returns until when it backs off and how many failures in
+    /// a row it has had.
+    fn failed(&self, template: &str, fatal: bool, error: &str, now: Timestamp) -> (Timestamp, u32) {
+        let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
+        let (governor, settings) = &mut *g;
+        let until = governor.failed(settings, template, fatal, error, now);
+        let failures = governor.failures().get(template).copied().unwrap_or(1);
+        (until, failures)
+    }
+
+    fn succeeded(&self, template: &str) {
+        let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.succeeded(template);
+    }
+}
+
+/// The provider a driver holds, and the configuration it was built from.
+struct Connected {
+    key: String,
+    provider: Option<Box<dyn Provider>>,
+}
+
+/// One group's driver task: runs rounds until the group is gone.
+pub(crate) async fn drive(control: Arc<Control>, group: String, me: Arc<GroupDriver>) {
+    let mut driver = Driver {
+        store: control.store().clone(),
+        config: control.driver_config().clone(),
+        group,
+        me,
+        connected: None,
+        orphans: HashMap::new(),
+        next_reconcile: Instant::now(),
+    };
+    loop {
+        let wait = match driver.round(&control).await {
+            Ok(wait) => wait,
+            Err(StoreError::NotFound { .. }) => return,
+            Err(e) => {
+                tracing::warn!(group = driver.group, error = %e, "scaling round failed");
+                Duration::from_secs(1)
+            }
+        };
+        if !control.knows(&driver.group) {
+            return;
+        }
+        tokio::select! {
+            _ = driver.me.notify.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+struct Driver {
+    store: Store,
+    config: DriverConfig,
+    group: String,
+    me: Arc<GroupDriver>,
+    connected: Option<Connected>,
+    /// Unknown instances carrying the group's tag, by vendor id: when first seen.
+    orphans: HashMap<String, Timestamp>,
+    next_reconcile: Instant,
+}
+
+impl Driver {
+    /// One round; returns how long to wait before the next one when nothing wakes the driver.
+    async fn round(&mut self, control: &Arc<Control>) -> Result<Duration, StoreError> {
+        self.connect().await?;
+        let settings = self.me.settings();
+        // Held apart from `self` for the round, so reconciliation may update `self`.
+        let connected = self.connected.take();
+        let done = self.work(connected.as_ref(), &settings, control).await;
+        self.connected = connected;
+        done?;
+        let busy = !self
+            .store
+            .list_instances(
+                &self.group,
+                &[InstancePhase::Requested, InstancePhase::Provisioning, InstancePhase::Terminating],
+            )
+            .await?
+            .is_empty();
+        Ok(if busy {
+            Duration::from_secs(1)
+        } else {
+            self.next_reconcile.saturating_duration_since(Instant::now())
+        })
+    }
+
+    async fn work(
+        &mut self,
+        connected: Option<&Connected>,
+        settings: &LaunchSettings,
+        control: &Arc<Control>,
+    ) -> Result<(), StoreError> {
+        let Some(provider) = connected.and_then(|c| c.provider.as_deref()) else {
+            // Not connected: in-flight rows still time out, so the policy can go on.
+            return self.time_out(None, settings, control).await;
+        };
+        self.launch(provider, settings, control).await?;
+        self.terminate(provider, settings).await?;
+        self.time_out(Some(provider), settings, control).await?;
+        if Instant::now() >= self.next_reconcile {
+            self.next_reconcile = Instant::now() + Duration::from_secs(settings.reconcile_secs);
+            self.reconcile(provider, settings, control).await?;
+        }
+        Ok(())
+    }
+
+    /// (Re)builds the provider when the group's configuration or templates changed.
+    async fn connect(&mut self) -> Result<(), StoreError> {
+        let stored = self.store.get_group_provider(&self.group).await?;
+        let group = self
+            .store
+            .get_group(&self.group)
+            .await?
+            .ok_or_else(|| StoreError::not_found("group", &self.group))?;
+        let key = format!(
+            "{}\n{}",
+            stored.as_deref().unwrap_or(""),
+            serde_json::to_string(&group.templates).unwrap_or_default()
+        );
+        if self.connected.as_ref().is_some_and(|c| c.key == key) {
+            return Ok(());
+        }
+        let config: ProviderConfig = match stored.as_deref().map(serde_json::from_str).transpose() {
+            Ok(c) => c.unwrap_or_default(),
+            Err(e) => {
+                self.event("provider", None, format!("the stored provider configuration does not parse: {e}"))
+                    .await?;
+                self.connected = Some(Connected { key, provider: None });
+                return Ok(());
+            }
+        };
+        {
+            let mut g = self.me.governor.lock().unwrap_or_else(|p| p.into_inner());
+            g.1 = config.launch.clone();
+        }
+        let context = Context {
+            group: self.group.clone(),
+            manager_url: self.config.manager_url.clone(),
+            templates: group.templates,
+            corral_binary: self.config.corral_binary.clone(),
+            state_dir: self.config.state_dir.join(&self.group),
+        };
+        let timeout = Duration::from_secs(config.launch.call_timeout_secs);
+        let provider = match bounded(timeout, "connect", corral_provider::connect(&config, context)).await {
+            Ok(p) => {
+                tracing::info!(group = self.group, provider = config.name, "provider ready");
+                Some(p)
+            }
+            Err(e) => {
+                self.event("provider", None, format!("provider {}: {e}", config.name))
+                    .await?;
+                None
+            }
+        };
+        self.connected = Some(Connected { key, provider });
+        Ok(())
+    }
+
+    /// Launches requested instances, per template, each with its own bootstrap token.
+    async fn launch(
+        &self,
+        provider: &dyn Provider,
+        settings: &LaunchSettings,
+        control: &Arc<Control>,
+    ) -> Result<(), StoreError> {
+        let requested = self
+            .store
+            .list_instances(&self.group, &[InstancePhase::Requested])
+            .await?;
+        let mut by_template: BTreeMap<&str, Vec<&InstanceRecord>> = BTreeMap::new();
+        for r in &requested {
+            by_template.entry(&r.template).or_default().push(r);
+        }
+        let ttl = Duration::from_secs(settings.max_provisioning_secs);
+        for (template, rows) in by_template {
+            let mut requests = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let (token, _) = crate::auth::create_bootstrap_token(
+                    &self.store,
+                    &self.group,
+                    Some(&r.id),
+                    ttl,
+                    now(),
+                )
+                .await?;
+                requests.push(LaunchRequest {
+                    agent_id: r.id.clone(),
+                    token,
+                });
+            }
+            let timeout = Duration::from_secs(settings.call_timeout_secs);
+            let result = bounded(timeout, "launch", provider.launch(template, &requests)).await;
+            let now = now();
+            match result {
+                Ok(instances) => {
+                    let started: HashMap<&str, &Instance> = instances
+                        .iter()
+                        .filter_map(|i| i.agent_id.as_deref().map(|a| (a, i)))
+                        .collect();
+                    let mut launched = Vec::new();
+                    let mut missing = 0;
+                    for r in &rows {
+                        match started.get(r.id.as_str()) {
+                            Some(i) => {
+                                self.store
+                                    .move_instance(
+                                        &r.id,
+                                        &[InstancePhase::Requested],
+                                        InstancePhase::Provisioning,
+                                        Some(&i.id),
+                                        "launched",
+                                        now,
+                                    )
+                                    .await?;
+                                launched.push(format!("{} ({})", r.id, i.id));
+                            }
+                            None => {
+                                missing += 1;
+                                self.store
+                                    .move_instance(
+                                        &r.id,
+                                        &[InstancePhase::Requested],
+                                        InstancePhase::Failed,
+                                        None,
+                                        "the provider did not start it",
+                                        now,
+                                    )
+                                    .await?;
+                            }
+                        }
+                    }
+                    if !launched.is_empty() {
+                        self.me.succeeded(template);
+                        let message = format!(
+                            "launched {} × {template}: {}",
+                            launched.len(),
+                            launched.join(", ")
+                        );
+                        self.event("launched", None, message).await?;
+                    }
+                    if missing > 0 {
+                        let error = format!("the provider started {} of {}", launched.len(), rows.len());
+                        self.failure(template, false, &error, now, control).await?;
+                    }
+                }
+                Err(e) => {
+                    for r in &rows {
+                        self.store
+                            .move_instance(
+                                &r.id,
+                                &[InstancePhase::Requested],
+                                InstancePhase::Failed,
+                                None,
+                                &e.to_string(),
+                                now,
+                            )
+                            .await?;
+                    }
+                    let what = format!("launching {} × {template} failed ({e})", rows.len());
+                    self.failure(template, e.class == corral_provider::ErrorClass::Fatal, &what, now, control)
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A template failed: back it off, say so, and let the policy plan again without it.
+    async fn failure(
+        &self,
+        template: &str,
+        fatal: bool,
+        what: &str,
+        now: Timestamp,
+        control: &Arc<Control>,
+    ) -> Result<(), StoreError> {
+        let (until, failures) = self.me.failed(template, fatal, what, now);
+        let secs = (until.0 - now.0).max(0) / 1000;
+        let message = format!(
+            "{what}; template {template} backs off for {secs} s (failure {failures} in a row)"
+        );
+        self.event("launch_failed", None, message).await?;
+        control.wake(&self.group);
+        Ok(())
+    }
+
+    /// Terminates the instances of agents the cycle let go.
+    async fn terminate(&self, provider: &dyn Provider, settings: &LaunchSettings) -> Result<(), StoreError> {
+        let rows = self
+            .store
+            .list_instances(&self.group, &[InstancePhase::Terminating])
+            .await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<String> = rows.iter().filter_map(|r| r.provider_id.clone()).collect();
+        if !ids.is_empty() {
+            let timeout = Duration::from_secs(settings.call_timeout_secs);
+            if let Err(e) = bounded(timeout, "terminate", provider.terminate(&ids)).await {
+                tracing::warn!(group = self.group, error = %e, "terminate failed; retrying");
+                return Ok(());
+            }
+        }
+        let now = now();
+        for r in &rows {
+            self.store
+                .move_instance(
+                    &r.id,
+                    &[InstancePhase::Terminating],
+                    InstancePhase::Terminated,
+                    None,
+                    "its agent was let go",
+                    now,
+                )
+                .await?;
+            let vendor = r.provider_id.as_deref().unwrap_or("never started");
+            self.event("terminated", Some(&r.id), format!("instance {vendor} of agent {} terminated", r.id))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Instances that did not join within the provisioning time are terminated and count as
+    /// failures of their template.
+    async fn time_out(
+        &self,
+        provider: Option<&dyn Provider>,
+        settings: &LaunchSettings,
+        control: &Arc<Control>,
+    ) -> Result<(), StoreError> {
+        let now = now();
+        let deadline = |r: &InstanceRecord| r.requested_at.plus_secs(settings.max_provisioning_secs);
+        let late: Vec<InstanceRecord> = self
+            .store
+            .list_instances(&self.group, &InstancePhase::IN_FLIGHT)
+            .await?
+            .into_iter()
+            .filter(|r| deadline(r) <= now)
+            .collect();
+        for r in &late {
+            if let (Some(provider), Some(id)) = (provider, &r.provider_id) {
+                let timeout = Duration::from_secs(settings.call_timeout_secs);
+                if let Err(e) = bounded(timeout, "terminate", provider.terminate(std::slice::from_ref(id))).await {
+                    tracing::warn!(group = self.group, instance = id, error = %e, "terminating a late instance failed; reconciliation will retry");
+                }
+            }
+            let why = format!("did not join within {} s", settings.max_provisioning_secs);
+            let moved = self
+                .store
+                .move_instance(&r.id, &InstancePhase::IN_FLIGHT, InstancePhase::Failed, None, &why, now)
+                .await?;
+            if moved {
+                let vendor = r.provider_id.as_deref().unwrap_or("never started");
+                let what = format!("instance {vendor} (agent {}) {why}", r.id);
+                self.failure(&r.template, false, &what, now, control).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares the provider's list with the instances the manager knows.
+    async fn reconcile(
+        &mut self,
+        provider: &dyn Provider,
+        settings: &LaunchSettings,
+        control: &Arc<Control>,
+    ) -> Result<(), StoreError> {
+        let timeout = Duration::from_secs(settings.call_timeout_secs);
+        let listed = match bounded(timeout, "list", provider.list()).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                tracing::warn!(group = self.group, error = %e, "listing instances failed");
+                return Ok(());
+            }
+        };
+        let now = now();
+        let known = self.store.list_instances(&self.group, &InstancePhase::LIVE).await?;
+        let known_vendor: HashSet<&str> = known.iter().filter_map(|r| r.provider_id.as_deref()).collect();
+        let known_agent: HashSet<&str> = known.iter().map(|r| r.id.as_str()).collect();
+        let present: HashMap<&str, &Instance> = listed
+            .iter()
+            .filter(|i| i.state != InstanceState::Gone)
+            .map(|i| (i.id.as_str(), i))
+            .collect();
+
+        // Unknown instances with the group's tag: terminated once past the grace period.
+        let mut seen = HashSet::new();
+        for i in present.values() {
+            let ours = known_vendor.contains(i.id.as_str())
+                || i.agent_id.as_deref().is_some_and(|a| known_agent.contains(a));
+            if ours {
+                continue;
+            }
+            seen.insert(i.id.clone());
+            let first = *self.orphans.entry(i.id.clone()).or_insert(now);
+            if first.plus_secs(settings.orphan_grace_secs) <= now {
+                match bounded(timeout, "terminate", provider.terminate(std::slice::from_ref(&i.id))).await {
+                    Ok(()) => {
+                        self.orphans.remove(&i.id);
+                        let message = format!(
+                            "instance {} carries the group's tag but the manager does not know it; \
+                             terminated after {} s",
+                            i.id, settings.orphan_grace_secs
+                        );
+                        self.event("orphan", None, message).await?;
+                    }
+                    Err(e) => tracing::warn!(group = self.group, instance = i.id, error = %e, "terminating an orphan failed"),
+                }
+            }
+        }
+        self.orphans.retain(|id, _| seen.contains(id));
+
+        for r in &known {
+            let Some(vendor) = r.provider_id.as_deref() else { continue };
+            let gone = !present.contains_key(vendor);
+            let listed_gone = listed.iter().any(|i| i.id == vendor && i.state == InstanceState::Gone);
+            match r.phase {
+                InstancePhase::Joined if gone => self.instance_gone(r, vendor, now, control).await?,
+                InstancePhase::Terminating if gone => {
+                    self.store
+                        .move_instance(&r.id, &[InstancePhase::Terminating], InstancePhase::Terminated, None, "gone", now)
+                        .await?;
+                }
+                // Died before joining (a fresh instance may not be listed yet: only a listed end counts).
+                InstancePhase::Provisioning if listed_gone => {
+                    let moved = self
+                        .store
+                        .move_instance(&r.id, &[InstancePhase::Provisioning], InstancePhase::Failed, None, "ended before joining", now)
+                        .await?;
+                    if moved {
+                        let what = format!("instance {vendor} (agent {}) ended before joining", r.id);
+                        self.failure(&r.template, false, &what, now, control).await?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// An agent's instance disappeared: the agent is lost (its sessions follow the group's
+    /// `on_agent_lost`) and, as it cannot come back, terminated.
+    async fn instance_gone(
+        &self,
+        r: &InstanceRecord,
+        vendor: &str,
+        now: Timestamp,
+        control: &Arc<Control>,
+    ) -> Result<(), StoreError> {
+        let moved = self
+            .store
+            .move_instance(&r.id, &[InstancePhase::Joined], InstancePhase::Terminated, None, "the instance disappeared", now)
+            .await?;
+        if !moved {
+            return Ok(());
+        }
+        let requeue = self
+            .store
+            .get_group(&self.group)
+            .await?
+            .is_none_or(|g| g.policy.on_agent_lost == OnAgentLost::Requeue);
+        let held = self.store.lose_agent(&r.id, requeue, now).await?;
+        if let Some(agent) = self.store.get_agent(&r.id).await? {
+            if agent.state != AgentState::Terminated {
+                self.store.set_agent_state(&r.id, AgentState::Terminated, false, now).await?;
+            }
+        }
+        let fate = if requeue { "requeued" } else { "failed" };
+        let message = format!(
+            "instance {vendor} of agent {} disappeared: the agent is lost and terminated, {} session(s) {fate}",
+            r.id,
+            held.len()
+        );
+        self.event("instance_gone", Some(&r.id), message).await?;
+        control.wake(&self.group);
+        Ok(())
+    }
+
+    async fn event(&self, kind: &str, agent: Option<&str>, message: String) -> Result<(), StoreError> {
+        tracing::info!(group = self.group, kind, "{message}");
+        self.store
+            .record_event(&NewEvent {
+                at: now(),
+                group: Some(self.group.clone()),
+                session: None,
+                agent: agent.map(str::to_string),
+                kind: kind.to_string(),
+                message,
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// A provider call bounded by `timeout`: running over is a transient failure.
+async fn bounded<T>(
+    timeout: Duration,
+    call: &str,
+    f: impl Future<Output = Result<T, ProviderError>>,
+) -> Result<T, ProviderError> {
+    tokio::time::timeout(timeout, f).await.unwrap_or_else(|_| {
+        Err(ProviderError::transient(format!(
+            "{call} took longer than {} s",
+            timeout.as_secs()
+        )))
+    })
+}

@@ -1,0 +1,232 @@
+//! The `process` provider against real processes: a shell script stands in for `corral`.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use corral_provider::{
+    connect, ErrorClass, InstanceState, Provider, ProviderConfig, TemplateOffer,
+};
+use serde_json::json;
+use support::*;
+
+async fn provider(state: &Path, binary: &Path, options: serde_json::Value) -> Box<dyn Provider> {
+    let config: ProviderConfig =
+        serde_json::from_value(json!({"name": "process", "options": options})).unwrap();
+    connect(&config, context("local", state, binary))
+        .await
+        .unwrap()
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    state: std::path::PathBuf,
+    binary: std::path::PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = script(&dir.path().join("corral"), STAND_IN_AGENT);
+    Setup {
+        state: dir.path().join("state"),
+        binary,
+        _dir: dir,
+    }
+}
+
+// Several threads, as in the manager: the task that reaps an agent runs while the test waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_get_their_flags_and_token_and_are_found_again_after_a_restart() {
+    let s = setup();
+    let p = provider(&s.state, &s.binary, json!({})).await;
+    assert_eq!(
+        p.templates().await.unwrap(),
+        [
+            TemplateOffer {
+                name: "small".into(),
+                slots: "cpu=1,mem=1GiB".into(),
+                price_per_hour: Some(0.25)
+            },
+            TemplateOffer {
+                name: "large".into(),
+                slots: "cpu=4,mem=8GiB".into(),
+                price_per_hour: Some(1.0)
+            },
+        ]
+    );
+
+    let launched = p.launch("small", &requests(&["a-1", "a-2"])).await.unwrap();
+    let ids: Vec<_> = launched.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, ["a-1", "a-2"]);
+    assert!(launched.iter().all(|i| i.state == InstanceState::Running
+        && i.template.as_deref() == Some("small")
+        && i.agent_id.as_deref() == Some(i.id.as_str())));
+
+    let log = s.state.join("a-1/agent.log");
+    let (pid, child) = stand_in_pids(&log);
+    let work_dir = s.state.join("a-1/work");
+    assert_eq!(
+        log_values(&log, "arg"),
+        [
+            "agent",
+            "--server",
+            MANAGER,
+            "--group",
+            "local",
+            "--id",
+            "a-1",
+            "--capacity",
+            "cpu=1,mem=1GiB",
+            "--label",
+            "corral.io/template=small",
+            "--work-dir",
+            work_dir.to_str().unwrap(),
+            "--runtime",
+            "process",
+        ]
+    );
+    assert!(work_dir.is_dir());
+    // The token is in the environment, not on the command line that `ps` shows.
+    assert_eq!(log_values(&log, "token"), ["token-of-a-1"]);
+    assert!(!cmdline(pid).contains("token-of"), "{}", cmdline(pid));
+    // It leads a session and process group of its own, with its child in the group.
+    let stat = stat_fields(pid).unwrap();
+    assert_eq!(
+        (stat[2].as_str(), stat[3].as_str()),
+        (&*pid.to_string(), &*pid.to_string())
+    );
+    assert_eq!(stat_fields(child).unwrap()[2], pid.to_string());
+
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.state.join("a-1/instance.json")).unwrap()).unwrap();
+    assert_eq!(record["pid"], pid);
+    assert_eq!(record["start_time"].to_string(), stat[19]);
+    assert_eq!(record["template"], "small");
+    assert_eq!(record["agent_id"], "a-1");
+
+    let listed = p.list().await.unwrap();
+    assert_eq!(listed, launched);
+
+    // A restarted manager: a new provider on the same state directory finds the same agents and
+    // stops them, children included, without leaving zombies.
+    let (pid2, child2) = stand_in_pids(&s.state.join("a-2/agent.log"));
+    let restarted = provider(&s.state, &s.binary, json!({})).await;
+    assert_eq!(restarted.list().await.unwrap(), launched);
+    let started = Instant::now();
+    restarted
+        .terminate(&["a-1".into(), "a-2".into(), "never-was".into()])
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    for gone in [pid, child, pid2, child2] {
+        assert!(!is_live(gone), "process {gone} survived terminate");
+    }
+    assert!(
+        wait_until(Duration::from_secs(5), || is_reaped(pid) && is_reaped(pid2)),
+        "the agents were not reaped"
+    );
+    assert!(restarted.list().await.unwrap().is_empty());
+    assert!(!s.state.join("a-1/instance.json").exists());
+    assert!(log.exists(), "the log is kept");
+    // Terminating again is fine.
+    restarted.terminate(&["a-1".into()]).await.unwrap();
+}
+
+#[tokio::test]
+async fn terminate_stops_the_agents_sessions_and_escalates_to_sigkill() {
+    let s = setup();
+    let p = provider(
+        &s.state,
+        &s.binary,
+        json!({"runtime": "docker", "extra_args": ["--stubborn", "--with-session"]}),
+    )
+    .await;
+    p.launch("large", &requests(&["stubborn"])).await.unwrap();
+    let log = s.state.join("stubborn/agent.log");
+    let (pid, child) = stand_in_pids(&log);
+    let session: i32 = log_values(&log, "session")[0].parse().unwrap();
+    let args = log_values(&log, "arg");
+    assert_eq!(
+        args[args.len() - 4..],
+        ["--runtime", "docker", "--stubborn", "--with-session"]
+    );
+    // The "session" leads a process group of its own in the agent's session.
+    assert!(wait_until(Duration::from_secs(5), || stat_fields(session)
+        .is_some_and(
+            |f| f[2] == session.to_string() && f[3] == pid.to_string()
+        )));
+    assert!(args.contains(&"cpu=4,mem=8GiB".to_string()), "{args:?}");
+
+    let started = Instant::now();
+    p.terminate(&["stubborn".into()]).await.unwrap();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(8),
+        "SIGKILL after the 5 s grace, took {took:?}"
+    );
+    assert!(!is_live(pid) && !is_live(child));
+    assert!(!is_live(session), "a session of the agent survived");
+    assert!(p.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_agent_killed_by_hand_is_listed_gone_and_its_leftovers_are_stopped() {
+    let s = setup();
+    let p = provider(&s.state, &s.binary, json!({})).await;
+    p.launch("small", &requests(&["victim"])).await.unwrap();
+    let (pid, child) = stand_in_pids(&s.state.join("victim/agent.log"));
+
+    kill(pid, libc::SIGKILL);
+    assert!(wait_until(Duration::from_secs(5), || !is_live(pid)));
+    let listed = p.list().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].state, InstanceState::Gone);
+    assert_eq!(listed[0].agent_id.as_deref(), Some("victim"));
+
+    // Its child lives on in the agent's process group; terminate stops it.
+    assert!(is_live(child));
+    p.terminate(&["victim".into()]).await.unwrap();
+    assert!(!is_live(child), "the orphaned child {child} survived");
+    assert!(p.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn bad_templates_ids_and_binaries_fail_with_the_right_class() {
+    let s = setup();
+    let p = provider(&s.state, &s.binary, json!({})).await;
+    let e = p.launch("huge", &requests(&["a"])).await.unwrap_err();
+    assert_eq!(e.class, ErrorClass::Fatal);
+    assert!(e.message.contains("huge"), "{e}");
+    let e = p
+        .launch("small", &requests(&["../escape"]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.class, ErrorClass::Fatal);
+    assert!(e.message.contains("../escape"), "{e}");
+
+    let missing = s.state.join("no-such-corral");
+    let p = provider(&s.state, &s.binary, json!({"binary": missing})).await;
+    let e = p.launch("small", &requests(&["a"])).await.unwrap_err();
+    assert_eq!(e.class, ErrorClass::Fatal);
+    assert!(e.message.contains("no-such-corral"), "{e}");
+    assert!(p.list().await.unwrap().is_empty());
+}
+
+#[test]
+fn options_are_checked_and_named() {
+    for (options, field) in [
+        (json!({"runtime": "podman"}), "provider.options.runtime"),
+        (json!({"extra_args": "--x"}), "provider.options.extra_args"),
+        (json!({"binary": "/x", "bogus": 1}), "provider.options"),
+    ] {
+        let config: ProviderConfig =
+            serde_json::from_value(json!({"name": "process", "options": options})).unwrap();
+        let e = config.validate().unwrap_err();
+        assert!(e.field.starts_with(field), "{options}: {e}");
+    }
+}

@@ -1,0 +1,228 @@
+//! Instances asked of a group's provider, one row each, from the pass that decided the launch
+//! to their end. Rows `requested` or `provisioning` are the launches in flight the cycle counts
+//! as capacity; the agent that joins with an instance's id makes it `joined`.
+
+use serde::{Deserialize, Serialize};
+use sqlx::any::AnyRow;
+
+use corral_core::Timestamp;
+
+use crate::codec::{name_of, Fields};
+use crate::error::Result;
+use crate::{Store, Tx};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InstancePhase {
+    /// Decided by a pass; the provider has not been asked yet.
+    Requested,
+    /// The provider started it; its agent has not joined yet.
+    Provisioning,
+    /// Its agent joined.
+    Joined,
+    /// Its agent was let go; the provider is to terminate it.
+    Terminating,
+    Terminated,
+    /// The launch failed, or it never joined in time.
+    Failed,
+}
+
+impl InstancePhase {
+    /// Counts as capacity on its way.
+    pub const IN_FLIGHT: [InstancePhase; 2] = [InstancePhase::Requested, InstancePhase::Provisioning];
+    /// The provider may be running it.
+    pub const LIVE: [InstancePhase; 4] = [
+        InstancePhase::Requested,
+        InstancePhase::Provisioning,
+        InstancePhase::Joined,
+        InstancePhase::Terminating,
+    ];
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InstanceRecord {
+    /// The agent id it joins as.
+    pub id: String,
+    pub group: String,
+    pub template: String,
+    pub phase: InstancePhase,
+    /// The vendor's id, once the provider started it.
+    pub provider_id: Option<String>,
+    pub requested_at: Timestamp,
+    pub updated_at: Timestamp,
+    /// Why it is where it is (a failure's message, why it was terminated).
+    pub reason: Option<String>,
+}
+
+const COLUMNS: &str =
+    "id, group_name, template, state, provider_id, requested_at, updated_at, reason";
+
+fn instance_from_row(row: &AnyRow) -> Result<InstanceRecord> {
+    let f = Fields::new(row, "instance", "id")?;
+    Ok(InstanceRecord {
+        id: f.text("id")?,
+        group: f.text("group_name")?,
+        template: f.text("template")?,
+        phase: f.name("state")?,
+        provider_id: f.opt_text("provider_id")?,
+        requested_at: f.time("requested_at")?,
+        updated_at: f.time("updated_at")?,
+        reason: f.opt_text("reason")?,
+    })
+}
+
+fn phase_list(phases: &[InstancePhase]) -> String {
+    phases
+        .iter()
+        .map(|p| format!("'{}'", name_of(p)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A new instance's agent id: the group's name made DNS-safe (lowercase letters, digits and
+/// '-', as pod and container names need), then 10 random hex digits.
+pub(crate) fn new_instance_id(group: &str) -> String {
+    let mut prefix: String = group
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    while prefix.ends_with('-') {
+        prefix.pop();
+    }
+    if prefix.is_empty() {
+        prefix.push_str("agent");
+    }
+    let mut bytes = [0u8; 5];
+    getrandom::fill(&mut bytes).expect("the system's random source works");
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}-{hex}")
+}
+
+pub(crate) async fn insert_requested(
+    tx: &mut Tx,
+    group: &str,
+    template: &str,
+    count: u32,
+    now: Timestamp,
+) -> Result<()> {
+    for _ in 0..count {
+        sqlx::query(
+            "INSERT INTO instances (id, group_name, template, state, requested_at, updated_at) \
+             VALUES ($1, $2, $3, 'requested', $4, $4)",
+        )
+        .bind(new_instance_id(group))
+        .bind(group)
+        .bind(template)
+        .bind(now.0)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The instances of agents the cycle let go are to be terminated by the provider.
+pub(crate) async fn terminate_for_agents(tx: &mut Tx, agents: &[&str], now: Timestamp) -> Result<()> {
+    for agent in agents {
+        sqlx::query(
+            "UPDATE instances SET state = 'terminating', updated_at = $2, \
+             reason = 'its agent was let go' WHERE id = $1 AND state = 'joined'",
+        )
+        .bind(*agent)
+        .bind(now.0)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn fetch(tx: &mut Tx, group: &str, phases: &[InstancePhase]) -> Result<Vec<InstanceRecord>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM instances WHERE group_name = $1 AND state IN ({}) \
+         ORDER BY requested_at, id",
+        phase_list(phases)
+    );
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(group)
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(instance_from_row)
+        .collect()
+}
+
+impl Store {
+    /// The group's instances in any of `phases`, oldest first.
+    pub async fn list_instances(
+        &self,
+        group: &str,
+        phases: &[InstancePhase],
+    ) -> Result<Vec<InstanceRecord>> {
+        let mut tx = self.read_tx().await?;
+        let rows = fetch(&mut tx, group, phases).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    pub async fn get_instance(&self, id: &str) -> Result<Option<InstanceRecord>> {
+        let sql = format!("SELECT {COLUMNS} FROM instances WHERE id = $1");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?
+            .as_ref()
+            .map(instance_from_row)
+            .transpose()
+    }
+
+    /// Moves an instance to `to` if it is in one of `from`; returns whether it moved. A
+    /// `provider_id` given is recorded; `None` keeps the one stored.
+    pub async fn move_instance(
+        &self,
+        id: &str,
+        from: &[InstancePhase],
+        to: InstancePhase,
+        provider_id: Option<&str>,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool> {
+        let sql = format!(
+            "UPDATE instances SET state = $2, provider_id = COALESCE($3, provider_id), \
+             reason = $4, updated_at = $5 WHERE id = $1 AND state IN ({})",
+            phase_list(from)
+        );
+        let done = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(id)
+            .bind(name_of(&to))
+            .bind(provider_id)
+            .bind(reason)
+            .bind(now.0)
+            .execute(&self.write)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_ids_are_dns_labels_that_name_their_group() {
+        let id = new_instance_id("GPU_a100/east-");
+        assert!(id.starts_with("gpu-a100-east-"), "{id}");
+        assert_eq!(id.len(), "gpu-a100-east-".len() + 10);
+        assert!(id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+        assert_ne!(new_instance_id("g"), new_instance_id("g"));
+        assert!(new_instance_id("___").starts_with("agent-"));
+        assert!(new_instance_id(&"x".repeat(64)).len() <= 51);
+    }
+}
