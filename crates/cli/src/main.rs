@@ -76,6 +76,20 @@ enum Command {
         #[command(subcommand)]
         target: bench::Target,
     },
+    /// Build the image the docker provider starts agents from, on the Docker host: FROM scratch,
+    /// this corral binary with the libraries it links, and a static busybox for sessions' shells
+    /// (/bin/busybox from Debian's busybox-static).
+    AgentImage {
+        /// The image's tag (the docker provider's `image` option).
+        #[arg(long, default_value = "corral-agent:latest")]
+        tag: String,
+        /// The corral binary to put in it [default: this one].
+        #[arg(long, value_name = "PATH")]
+        binary: Option<PathBuf>,
+        /// The Docker daemon [default: DOCKER_HOST, else the local socket].
+        #[arg(long, value_name = "URL")]
+        docker_host: Option<String>,
+    },
     #[command(flatten)]
     Client(client::Command),
     /// Run a manager on embedded SQLite and a local agent together (one machine, group "dev"),
@@ -163,6 +177,23 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Bench { target } => bench::run(target),
+        Command::AgentImage {
+            tag,
+            binary,
+            docker_host,
+        } => {
+            let binary = match binary {
+                Some(b) => b,
+                None => std::env::current_exe().context("finding this corral binary")?,
+            };
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async {
+                let docker = corral_provider::docker::client(docker_host.as_deref()).await?;
+                corral_provider::docker::build_agent_image(&docker, &tag, &binary).await
+            })?;
+            println!("{tag}");
+            Ok(())
+        }
         Command::Client(client::Command::Agent {
             conn,
             command: None,

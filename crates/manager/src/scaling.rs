@@ -276,6 +276,8 @@ impl Driver {
                     for r in &rows {
                         match started.get(r.id.as_str()) {
                             Some(i) => {
+                                // Its agent may have joined already: the id is kept either way.
+                                self.store.record_provider_id(&r.id, &i.id).await?;
                                 self.store
                                     .move_instance(
                                         &r.id,

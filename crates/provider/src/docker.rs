@@ -232,7 +232,7 @@ impl DockerProvider {
             .map_err(|e| match status_of(&e) {
                 Some(404) => ProviderError::fatal(format!(
                     "docker provider: image {:?} is not on the Docker host and nothing is \
-                     pulled: build it there from the corral binary (build_agent_image, or a \
+                     pulled: build it there with `corral agent-image --tag TAG` (or a \
                      Dockerfile whose ENTRYPOINT is corral with the libraries it needs); {e}",
                     self.options.image
                 )),

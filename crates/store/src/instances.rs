@@ -181,6 +181,19 @@ impl Store {
             .transpose()
     }
 
+    /// Records the vendor's id of an instance that has none yet, whatever its phase (its agent
+    /// may join before the provider's launch call returns). Returns whether it was recorded.
+    pub async fn record_provider_id(&self, id: &str, provider_id: &str) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE instances SET provider_id = $2 WHERE id = $1 AND provider_id IS NULL",
+        )
+        .bind(id)
+        .bind(provider_id)
+        .execute(&self.write)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// Moves an instance to `to` if it is in one of `from`; returns whether it moved. A
     /// `provider_id` given is recorded; `None` keeps the one stored.
     pub async fn move_instance(
