@@ -71,8 +71,8 @@ fn downward_api_pairs(text: &str) -> BTreeMap<String, String> {
 }
 
 /// AWS: IMDSv2 at `endpoint` (normally `http://169.254.169.254`): the instance tag
-/// `corral-group`, `corral-agent` and `corral-bootstrap-token` (instance tags in metadata must
-/// be enabled), and `CORRAL_SERVER=`, `CORRAL_TOKEN=`, `CORRAL_AGENT_GROUP=`, `CORRAL_AGENT_ID=`
+/// `corral-group`, `corral-agent`, `corral-bootstrap-token` and `corral-server` (instance tags
+/// in metadata must be enabled), and `CORRAL_SERVER=`, `CORRAL_TOKEN=`, `CORRAL_AGENT_GROUP=`, `CORRAL_AGENT_ID=`
 /// lines of the user data a provider wrote.
 pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
     let endpoint = endpoint.trim_end_matches('/');
@@ -130,7 +130,9 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
         token: tag("/latest/meta-data/tags/instance/corral-bootstrap-token")
             .await
             .map_err(fail)?,
-        manager: None,
+        manager: tag("/latest/meta-data/tags/instance/corral-server")
+            .await
+            .map_err(fail)?,
     };
     if let Some(user_data) = get("/latest/user-data").await.map_err(fail)? {
         for line in user_data.lines() {
@@ -139,7 +141,7 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
             };
             let v = v.trim().trim_matches(|c| c == '"' || c == '\'').to_string();
             match k.trim() {
-                "CORRAL_SERVER" => found.manager = Some(v),
+                "CORRAL_SERVER" if found.manager.is_none() => found.manager = Some(v),
                 "CORRAL_TOKEN" if found.token.is_none() => found.token = Some(v),
                 "CORRAL_AGENT_GROUP" if found.group.is_none() => found.group = Some(v),
                 "CORRAL_AGENT_ID" if found.id.is_none() => found.id = Some(v),
@@ -166,7 +168,11 @@ mod tests {
         .unwrap();
         let found = from_pod_files(&labels, &annotations).unwrap();
         assert_eq!(found.group.as_deref(), Some("gpu-a100"));
-        assert_eq!((found.id, found.token), (None, None), "no annotations file: no token");
+        assert_eq!(
+            (found.id, found.token),
+            (None, None),
+            "no annotations file: no token"
+        );
 
         // A StatefulSet's pod, labelled and annotated by the provider after it started.
         std::fs::write(

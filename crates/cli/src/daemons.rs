@@ -109,8 +109,15 @@ pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>)
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let found = match args.metadata {
         Metadata::None => corral_agent::metadata::Found::default(),
-        Metadata::Kubernetes => pod_metadata(&args, token.is_some())?,
-        Metadata::Aws => rt.block_on(corral_agent::metadata::from_imds(&args.imds_endpoint))?,
+        Metadata::Kubernetes => wait_for_bootstrap(token.is_some(), || {
+            Ok(corral_agent::metadata::from_pod_files(
+                &args.pod_labels,
+                &args.pod_annotations,
+            )?)
+        })?,
+        Metadata::Aws => wait_for_bootstrap(token.is_some(), || {
+            Ok(rt.block_on(corral_agent::metadata::from_imds(&args.imds_endpoint))?)
+        })?,
     };
     let Some(group) = args.group.clone().or(found.group) else {
         bail!(
@@ -150,20 +157,23 @@ pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>)
     rt.block_on(async {
         let runtime = runtime_of(args.runtime, &config.id).await?;
         corral_agent::run(config, runtime, crate::stop_signal())
-        .await
-        .map_err(anyhow::Error::from)
+            .await
+            .map_err(anyhow::Error::from)
     })
 }
 
-/// What the pod's downward API files say. A StatefulSet's pod is labelled and annotated by the
-/// provider after it starts, and the kubelet refreshes the files within about a minute: without
-/// a token from flags or environment, wait for one (two minutes at most).
-fn pod_metadata(args: &AgentArgs, has_token: bool) -> Result<corral_agent::metadata::Found> {
+/// Reads the metadata source until it holds a bootstrap token (two minutes at most), unless one
+/// came from flags or environment. A StatefulSet's pods and an Auto Scaling group's instances
+/// get theirs a moment after they start: as an annotation (the kubelet refreshes downward API
+/// files within about a minute) or as an instance tag.
+fn wait_for_bootstrap(
+    has_token: bool,
+    read: impl Fn() -> Result<corral_agent::metadata::Found>,
+) -> Result<corral_agent::metadata::Found> {
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let found = corral_agent::metadata::from_pod_files(&args.pod_labels, &args.pod_annotations)?;
-        let token = has_token || found.token.is_some();
-        if token || std::time::Instant::now() >= deadline {
+        let found = read()?;
+        if has_token || found.token.is_some() || std::time::Instant::now() >= deadline {
             return Ok(found);
         }
         std::thread::sleep(Duration::from_secs(2));

@@ -47,7 +47,14 @@ fn scale_out_run_and_back_to_zero(provider: Value) -> Cluster {
 
     // An impossible request is refused at submit, and launches nothing.
     let out = c.cli(&[
-        "session", "submit", "--group", "auto", "--request", "cpu=8", "--", "true",
+        "session",
+        "submit",
+        "--group",
+        "auto",
+        "--request",
+        "cpu=8",
+        "--",
+        "true",
     ]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("cpu=8"), "{}", text(&out.stderr));
@@ -57,7 +64,15 @@ fn scale_out_run_and_back_to_zero(provider: Value) -> Cluster {
     let ids: Vec<String> = (0..10)
         .map(|i| {
             c.submit(&[
-                "--group", "auto", "--request", "cpu=1", "--type", "batch", "--", "sh", "-c",
+                "--group",
+                "auto",
+                "--request",
+                "cpu=1",
+                "--type",
+                "batch",
+                "--",
+                "sh",
+                "-c",
                 &format!("sleep 2; echo session {i}"),
             ])
         })
@@ -78,7 +93,11 @@ fn scale_out_run_and_back_to_zero(provider: Value) -> Cluster {
     assert!(most <= 4, "{most} instances at once; max is 4");
     for id in &ids {
         let out = c.cli(&["session", "logs", id]);
-        assert!(text(&out.stdout).starts_with("session "), "{id}: {}", text(&out.stdout));
+        assert!(
+            text(&out.stdout).starts_with("session "),
+            "{id}: {}",
+            text(&out.stdout)
+        );
     }
 
     // Idle: marked, drained, terminated; back to zero, and every instance is gone.
@@ -113,10 +132,19 @@ fn scale_out_run_and_back_to_zero(provider: Value) -> Cluster {
         .iter()
         .filter(|e| e["kind"] == "launched")
         .filter_map(|e| e["message"].as_str())
-        .filter_map(|m| m.strip_prefix("launched ")?.split(' ').next()?.parse::<usize>().ok())
+        .filter_map(|m| {
+            m.strip_prefix("launched ")?
+                .split(' ')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
         .sum();
     let terminated = kinds.iter().filter(|k| **k == "terminated").count();
-    assert!(launched >= 1 && launched == terminated, "{launched} launched, {terminated} terminated");
+    assert!(
+        launched >= 1 && launched == terminated,
+        "{launched} launched, {terminated} terminated"
+    );
 
     // No session landed on a marked agent.
     let mut marked: BTreeSet<&str> = BTreeSet::new();
@@ -136,9 +164,14 @@ fn scale_out_run_and_back_to_zero(provider: Value) -> Cluster {
     // Every session ran on an agent the provider launched for the group.
     let mut per_agent: BTreeMap<String, usize> = BTreeMap::new();
     for e in events.iter().filter(|e| e["kind"] == "placed") {
-        *per_agent.entry(e["agent"].as_str().unwrap().to_string()).or_default() += 1;
+        *per_agent
+            .entry(e["agent"].as_str().unwrap().to_string())
+            .or_default() += 1;
     }
-    assert!(per_agent.keys().all(|a| a.starts_with("auto-")), "{per_agent:?}");
+    assert!(
+        per_agent.keys().all(|a| a.starts_with("auto-")),
+        "{per_agent:?}"
+    );
     assert_eq!(per_agent.values().sum::<usize>(), 10);
     c
 }
@@ -167,7 +200,11 @@ fn docker_available() -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI needs Docker");
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI needs Docker"
+        );
         eprintln!("skipped: no Docker daemon");
     }
     ok
@@ -244,17 +281,27 @@ fn an_exec_plugin_failing_half_its_calls_backs_off_and_never_exceeds_max() {
         .trim()
         .parse()
         .unwrap();
-    assert!(calls >= 4 && failed.lines().count() == calls.div_ceil(2), "{calls} calls");
+    assert!(
+        calls >= 4 && failed.lines().count() == calls.div_ceil(2),
+        "{calls} calls"
+    );
     // Failed launches backed the template off, and the events say so.
     let events = events(&c);
     assert!(
         events.iter().any(|e| e["kind"] == "launch_failed"
-            && e["message"].as_str().unwrap_or_default().contains("injected failure")
-            && e["message"].as_str().unwrap_or_default().contains("backs off")),
+            && e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("injected failure")
+            && e["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("backs off")),
         "no backoff after a failed launch"
     );
     // Every agent the plugin started is stopped.
-    let instances = std::fs::read_to_string(state.path().join("instances.json")).unwrap_or_default();
+    let instances =
+        std::fs::read_to_string(state.path().join("instances.json")).unwrap_or_default();
     let left: Value = serde_json::from_str(&instances).unwrap();
     assert_eq!(left["instances"], json!({}), "agents the plugin still runs");
 }

@@ -377,7 +377,11 @@ fn a_template_in_backoff_is_passed_over_for_the_next_cheapest_and_waits_say_why(
         "templates": templates(),
         "sessions": [session("s1", "gpu=1,cpu=2"), session("s2", "gpu=1,cpu=2")]
     }));
-    assert_eq!(launches(&cycle(&s)), [("g1".to_string(), 2)], "g1 is cheapest");
+    assert_eq!(
+        launches(&cycle(&s)),
+        [("g1".to_string(), 2)],
+        "g1 is cheapest"
+    );
 
     // g1 failed (say, out of capacity): the policy takes g4 instead, within its allowance.
     let held = |allowed| corral_core::LaunchLimit {
@@ -390,15 +394,27 @@ fn a_template_in_backoff_is_passed_over_for_the_next_cheapest_and_waits_say_why(
     // A budget that allows one more g1 launches one, and the other session goes to g4.
     s.launch_limits.insert("g1".into(), held(1));
     let d = cycle(&s);
-    assert_eq!(launches(&d).iter().map(|l| l.1).sum::<u32>(), 2, "{:?}", launches(&d));
-    assert!(launches(&d).contains(&("g1".to_string(), 1)), "{:?}", launches(&d));
+    assert_eq!(
+        launches(&d).iter().map(|l| l.1).sum::<u32>(),
+        2,
+        "{:?}",
+        launches(&d)
+    );
+    assert!(
+        launches(&d).contains(&("g1".to_string(), 1)),
+        "{:?}",
+        launches(&d)
+    );
 
     // With every template that fits held back, sessions wait and say why.
     s.launch_limits.insert("g1".into(), held(0));
-    s.launch_limits.insert("g4".into(), corral_core::LaunchLimit {
-        allowed: 0,
-        reason: "template g4 launched 20 of its budget of 20 per 60 s".into(),
-    });
+    s.launch_limits.insert(
+        "g4".into(),
+        corral_core::LaunchLimit {
+            allowed: 0,
+            reason: "template g4 launched 20 of its budget of 20 per 60 s".into(),
+        },
+    );
     let d = cycle(&s);
     assert!(d.launches.is_empty());
     assert!(d.rejections.is_empty(), "held back is not impossible");

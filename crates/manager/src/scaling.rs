@@ -67,7 +67,11 @@ impl GroupDriver {
     }
 
     fn settings(&self) -> LaunchSettings {
-        self.governor.lock().unwrap_or_else(|p| p.into_inner()).1.clone()
+        self.governor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .clone()
     }
 
     /// Records a failure of `template`; returns until when it backs off and how many failures in
@@ -147,14 +151,19 @@ impl Driver {
             .store
             .list_instances(
                 &self.group,
-                &[InstancePhase::Requested, InstancePhase::Provisioning, InstancePhase::Terminating],
+                &[
+                    InstancePhase::Requested,
+                    InstancePhase::Provisioning,
+                    InstancePhase::Terminating,
+                ],
             )
             .await?
             .is_empty();
         Ok(if busy {
             Duration::from_secs(1)
         } else {
-            self.next_reconcile.saturating_duration_since(Instant::now())
+            self.next_reconcile
+                .saturating_duration_since(Instant::now())
         })
     }
 
@@ -197,9 +206,16 @@ impl Driver {
         let config: ProviderConfig = match stored.as_deref().map(serde_json::from_str).transpose() {
             Ok(c) => c.unwrap_or_default(),
             Err(e) => {
-                self.event("provider", None, format!("the stored provider configuration does not parse: {e}"))
-                    .await?;
-                self.connected = Some(Connected { key, provider: None });
+                self.event(
+                    "provider",
+                    None,
+                    format!("the stored provider configuration does not parse: {e}"),
+                )
+                .await?;
+                self.connected = Some(Connected {
+                    key,
+                    provider: None,
+                });
                 return Ok(());
             }
         };
@@ -215,7 +231,13 @@ impl Driver {
             state_dir: self.config.state_dir.join(&self.group),
         };
         let timeout = Duration::from_secs(config.launch.call_timeout_secs);
-        let provider = match bounded(timeout, "connect", corral_provider::connect(&config, context)).await {
+        let provider = match bounded(
+            timeout,
+            "connect",
+            corral_provider::connect(&config, context),
+        )
+        .await
+        {
             Ok(p) => {
                 tracing::info!(group = self.group, provider = config.name, "provider ready");
                 Some(p)
@@ -315,7 +337,8 @@ impl Driver {
                         self.event("launched", None, message).await?;
                     }
                     if missing > 0 {
-                        let error = format!("the provider started {} of {}", launched.len(), rows.len());
+                        let error =
+                            format!("the provider started {} of {}", launched.len(), rows.len());
                         self.failure(template, false, &error, now, control).await?;
                     }
                 }
@@ -333,8 +356,14 @@ impl Driver {
                             .await?;
                     }
                     let what = format!("launching {} × {template} failed ({e})", rows.len());
-                    self.failure(template, e.class == corral_provider::ErrorClass::Fatal, &what, now, control)
-                        .await?;
+                    self.failure(
+                        template,
+                        e.class == corral_provider::ErrorClass::Fatal,
+                        &what,
+                        now,
+                        control,
+                    )
+                    .await?;
                 }
             }
         }
@@ -361,7 +390,11 @@ impl Driver {
     }
 
     /// Terminates the instances of agents the cycle let go.
-    async fn terminate(&self, provider: &dyn Provider, settings: &LaunchSettings) -> Result<(), StoreError> {
+    async fn terminate(
+        &self,
+        provider: &dyn Provider,
+        settings: &LaunchSettings,
+    ) -> Result<(), StoreError> {
         let rows = self
             .store
             .list_instances(&self.group, &[InstancePhase::Terminating])
@@ -390,8 +423,12 @@ impl Driver {
                 )
                 .await?;
             let vendor = r.provider_id.as_deref().unwrap_or("never started");
-            self.event("terminated", Some(&r.id), format!("instance {vendor} of agent {} terminated", r.id))
-                .await?;
+            self.event(
+                "terminated",
+                Some(&r.id),
+                format!("instance {vendor} of agent {} terminated", r.id),
+            )
+            .await?;
         }
         Ok(())
     }
@@ -405,7 +442,8 @@ impl Driver {
         control: &Arc<Control>,
     ) -> Result<(), StoreError> {
         let now = now();
-        let deadline = |r: &InstanceRecord| r.requested_at.plus_secs(settings.max_provisioning_secs);
+        let deadline =
+            |r: &InstanceRecord| r.requested_at.plus_secs(settings.max_provisioning_secs);
         let late: Vec<InstanceRecord> = self
             .store
             .list_instances(&self.group, &InstancePhase::IN_FLIGHT)
@@ -416,19 +454,33 @@ impl Driver {
         for r in &late {
             if let (Some(provider), Some(id)) = (provider, &r.provider_id) {
                 let timeout = Duration::from_secs(settings.call_timeout_secs);
-                if let Err(e) = bounded(timeout, "terminate", provider.terminate(std::slice::from_ref(id))).await {
+                if let Err(e) = bounded(
+                    timeout,
+                    "terminate",
+                    provider.terminate(std::slice::from_ref(id)),
+                )
+                .await
+                {
                     tracing::warn!(group = self.group, instance = id, error = %e, "terminating a late instance failed; reconciliation will retry");
                 }
             }
             let why = format!("did not join within {} s", settings.max_provisioning_secs);
             let moved = self
                 .store
-                .move_instance(&r.id, &InstancePhase::IN_FLIGHT, InstancePhase::Failed, None, &why, now)
+                .move_instance(
+                    &r.id,
+                    &InstancePhase::IN_FLIGHT,
+                    InstancePhase::Failed,
+                    None,
+                    &why,
+                    now,
+                )
                 .await?;
             if moved {
                 let vendor = r.provider_id.as_deref().unwrap_or("never started");
                 let what = format!("instance {vendor} (agent {}) {why}", r.id);
-                self.failure(&r.template, false, &what, now, control).await?;
+                self.failure(&r.template, false, &what, now, control)
+                    .await?;
             }
         }
         Ok(())
@@ -450,8 +502,14 @@ impl Driver {
             }
         };
         let now = now();
-        let known = self.store.list_instances(&self.group, &InstancePhase::LIVE).await?;
-        let known_vendor: HashSet<&str> = known.iter().filter_map(|r| r.provider_id.as_deref()).collect();
+        let known = self
+            .store
+            .list_instances(&self.group, &InstancePhase::LIVE)
+            .await?;
+        let known_vendor: HashSet<&str> = known
+            .iter()
+            .filter_map(|r| r.provider_id.as_deref())
+            .collect();
         let known_agent: HashSet<&str> = known.iter().map(|r| r.id.as_str()).collect();
         let present: HashMap<&str, &Instance> = listed
             .iter()
@@ -463,14 +521,22 @@ impl Driver {
         let mut seen = HashSet::new();
         for i in present.values() {
             let ours = known_vendor.contains(i.id.as_str())
-                || i.agent_id.as_deref().is_some_and(|a| known_agent.contains(a));
+                || i.agent_id
+                    .as_deref()
+                    .is_some_and(|a| known_agent.contains(a));
             if ours {
                 continue;
             }
             seen.insert(i.id.clone());
             let first = *self.orphans.entry(i.id.clone()).or_insert(now);
             if first.plus_secs(settings.orphan_grace_secs) <= now {
-                match bounded(timeout, "terminate", provider.terminate(std::slice::from_ref(&i.id))).await {
+                match bounded(
+                    timeout,
+                    "terminate",
+                    provider.terminate(std::slice::from_ref(&i.id)),
+                )
+                .await
+                {
                     Ok(()) => {
                         self.orphans.remove(&i.id);
                         let message = format!(
@@ -480,32 +546,56 @@ impl Driver {
                         );
                         self.event("orphan", None, message).await?;
                     }
-                    Err(e) => tracing::warn!(group = self.group, instance = i.id, error = %e, "terminating an orphan failed"),
+                    Err(e) => {
+                        tracing::warn!(group = self.group, instance = i.id, error = %e, "terminating an orphan failed")
+                    }
                 }
             }
         }
         self.orphans.retain(|id, _| seen.contains(id));
 
         for r in &known {
-            let Some(vendor) = r.provider_id.as_deref() else { continue };
+            let Some(vendor) = r.provider_id.as_deref() else {
+                continue;
+            };
             let gone = !present.contains_key(vendor);
-            let listed_gone = listed.iter().any(|i| i.id == vendor && i.state == InstanceState::Gone);
+            let listed_gone = listed
+                .iter()
+                .any(|i| i.id == vendor && i.state == InstanceState::Gone);
             match r.phase {
-                InstancePhase::Joined if gone => self.instance_gone(r, vendor, now, control).await?,
+                InstancePhase::Joined if gone => {
+                    self.instance_gone(r, vendor, now, control).await?
+                }
                 InstancePhase::Terminating if gone => {
                     self.store
-                        .move_instance(&r.id, &[InstancePhase::Terminating], InstancePhase::Terminated, None, "gone", now)
+                        .move_instance(
+                            &r.id,
+                            &[InstancePhase::Terminating],
+                            InstancePhase::Terminated,
+                            None,
+                            "gone",
+                            now,
+                        )
                         .await?;
                 }
                 // Died before joining (a fresh instance may not be listed yet: only a listed end counts).
                 InstancePhase::Provisioning if listed_gone => {
                     let moved = self
                         .store
-                        .move_instance(&r.id, &[InstancePhase::Provisioning], InstancePhase::Failed, None, "ended before joining", now)
+                        .move_instance(
+                            &r.id,
+                            &[InstancePhase::Provisioning],
+                            InstancePhase::Failed,
+                            None,
+                            "ended before joining",
+                            now,
+                        )
                         .await?;
                     if moved {
-                        let what = format!("instance {vendor} (agent {}) ended before joining", r.id);
-                        self.failure(&r.template, false, &what, now, control).await?;
+                        let what =
+                            format!("instance {vendor} (agent {}) ended before joining", r.id);
+                        self.failure(&r.template, false, &what, now, control)
+                            .await?;
                     }
                 }
                 _ => {}
@@ -525,7 +615,14 @@ impl Driver {
     ) -> Result<(), StoreError> {
         let moved = self
             .store
-            .move_instance(&r.id, &[InstancePhase::Joined], InstancePhase::Terminated, None, "the instance disappeared", now)
+            .move_instance(
+                &r.id,
+                &[InstancePhase::Joined],
+                InstancePhase::Terminated,
+                None,
+                "the instance disappeared",
+                now,
+            )
             .await?;
         if !moved {
             return Ok(());
@@ -538,7 +635,9 @@ impl Driver {
         let held = self.store.lose_agent(&r.id, requeue, now).await?;
         if let Some(agent) = self.store.get_agent(&r.id).await? {
             if agent.state != AgentState::Terminated {
-                self.store.set_agent_state(&r.id, AgentState::Terminated, false, now).await?;
+                self.store
+                    .set_agent_state(&r.id, AgentState::Terminated, false, now)
+                    .await?;
             }
         }
         let fate = if requeue { "requeued" } else { "failed" };
@@ -552,7 +651,12 @@ impl Driver {
         Ok(())
     }
 
-    async fn event(&self, kind: &str, agent: Option<&str>, message: String) -> Result<(), StoreError> {
+    async fn event(
+        &self,
+        kind: &str,
+        agent: Option<&str>,
+        message: String,
+    ) -> Result<(), StoreError> {
         tracing::info!(group = self.group, kind, "{message}");
         self.store
             .record_event(&NewEvent {

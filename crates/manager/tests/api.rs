@@ -668,39 +668,65 @@ on_both!(
             )
             .await;
         assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-        assert_eq!(r.body["provider"]["options"]["secret_env"]["API_KEY"], "********");
+        assert_eq!(
+            r.body["provider"]["options"]["secret_env"]["API_KEY"],
+            "********"
+        );
         assert_eq!(r.body["provider"]["launch"]["max_provisioning_secs"], 120);
-        for path in ["/api/v1/groups/cloud", "/api/v1/groups/cloud/provider", "/api/v1/groups"] {
+        for path in [
+            "/api/v1/groups/cloud",
+            "/api/v1/groups/cloud/provider",
+            "/api/v1/groups",
+        ] {
             let r = m.get(path).await;
             assert_eq!(r.status, StatusCode::OK);
-            assert!(!r.body.to_string().contains("s3cret"), "{path} shows the secret");
+            assert!(
+                !r.body.to_string().contains("s3cret"),
+                "{path} shows the secret"
+            );
         }
 
         // What GET shows can be sent back: the redacted secret keeps its stored value (a
         // redacted value with nothing stored behind it is refused).
         let shown = m.get("/api/v1/groups/cloud/provider").await.body;
-        let r = m.put("/api/v1/groups/cloud/provider", &shown.to_string()).await;
+        let r = m
+            .put("/api/v1/groups/cloud/provider", &shown.to_string())
+            .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         let mut unknown = shown.clone();
         unknown["options"]["secret_env"]["OTHER"] = "********".into();
-        let r = m.put("/api/v1/groups/cloud/provider", &unknown.to_string()).await;
+        let r = m
+            .put("/api/v1/groups/cloud/provider", &unknown.to_string())
+            .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
 
         // Bad configurations name the field and change nothing.
         for (body, field) in [
             (r#"{"name": "azure"}"#, "provider.name"),
-            (r#"{"name": "exec", "options": {"command": "/x", "bogus": 1}}"#, "provider.options.bogus"),
-            (r#"{"name": "static", "launch": {"budget": 0}}"#, "provider.launch.budget"),
+            (
+                r#"{"name": "exec", "options": {"command": "/x", "bogus": 1}}"#,
+                "provider.options.bogus",
+            ),
+            (
+                r#"{"name": "static", "launch": {"budget": 0}}"#,
+                "provider.launch.budget",
+            ),
         ] {
             let r = m.put("/api/v1/groups/cloud/provider", body).await;
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
             assert_eq!(r.body["error"]["details"]["field"], field, "{body}");
         }
         let r = m
-            .post("/api/v1/groups", r#"{"name": "bad", "provider": {"name": "azure"}}"#)
+            .post(
+                "/api/v1/groups",
+                r#"{"name": "bad", "provider": {"name": "azure"}}"#,
+            )
             .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
-        assert_eq!(m.get("/api/v1/groups/bad").await.status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            m.get("/api/v1/groups/bad").await.status,
+            StatusCode::NOT_FOUND
+        );
         assert_eq!(m.get("/api/v1/groups/cloud/provider").await.body, shown);
 
         // Nothing launched yet.
@@ -709,6 +735,9 @@ on_both!(
         assert_eq!(r.body["instances"], serde_json::json!([]));
         // A group without a provider is static.
         m.post("/api/v1/groups", r#"{"name": "onprem"}"#).await;
-        assert_eq!(m.get("/api/v1/groups/onprem/provider").await.body["name"], "static");
+        assert_eq!(
+            m.get("/api/v1/groups/onprem/provider").await.body["name"],
+            "static"
+        );
     }
 );

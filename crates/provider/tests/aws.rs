@@ -8,12 +8,13 @@ use std::path::PathBuf;
 
 use aws_sdk_autoscaling::types::LaunchTemplateSpecification;
 use aws_sdk_ec2::types::{
-    Filter, InstanceAttributeName, InstanceStateName, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataTagsState, RequestLaunchTemplateData,
+    Filter, HttpTokensState, InstanceAttributeName, InstanceStateName,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateInstanceMetadataTagsState,
+    RequestLaunchTemplateData,
 };
 use corral_core::InstanceTemplate;
 use corral_provider::aws::testing::Moto;
-use corral_provider::aws::TOKEN_TAG;
+use corral_provider::aws::{SERVER_TAG, TOKEN_TAG};
 use corral_provider::{
     Context, ErrorClass, Instance, InstanceState, LaunchRequest, Provider, ProviderConfig,
     ProviderError, AGENT_TAG, GROUP_TAG, TEMPLATE_TAG,
@@ -165,6 +166,8 @@ async fn ec2_launches_tags_lists_and_terminates_instances() {
         assert_eq!(state(seen), &InstanceStateName::Running);
         assert_eq!(seen.instance_type().unwrap().as_str(), "t3.micro");
         assert_eq!(seen.image_id(), Some(ami.as_str()));
+        let imds = seen.metadata_options().unwrap();
+        assert_eq!(imds.http_tokens(), Some(&HttpTokensState::Required));
         assert_eq!(tag(seen, GROUP_TAG), Some(GROUP));
         assert_eq!(tag(seen, AGENT_TAG), Some(agent));
         assert_eq!(tag(seen, TEMPLATE_TAG), Some("t3.micro"));
@@ -387,6 +390,7 @@ async fn asg_grows_tags_and_shrinks_the_group() {
             tag(seen, TOKEN_TAG),
             Some(format!("tok-{agent}-s3cret").as_str())
         );
+        assert_eq!(tag(seen, SERVER_TAG), Some(MANAGER));
         assert_eq!(tag(seen, "team"), Some("ml"));
         assert_eq!(tag(seen, "aws:autoscaling:groupName"), Some("agents"));
     }

@@ -153,14 +153,13 @@ impl Store {
         .bind(name)
         .fetch_one(&mut *tx)
         .await?;
-        let launches: i64 =
-            sqlx::query_scalar(
-                "SELECT COUNT(*) FROM instances WHERE group_name = $1 \
+        let launches: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM instances WHERE group_name = $1 \
                  AND state IN ('requested', 'provisioning', 'joined', 'terminating')",
-            )
-                .bind(name)
-                .fetch_one(&mut *tx)
-                .await?;
+        )
+        .bind(name)
+        .fetch_one(&mut *tx)
+        .await?;
         if agents + sessions + launches > 0 {
             return Err(StoreError::Refused(format!(
                 "group {name:?} is in use: {agents} agent(s) not terminated, {sessions} \

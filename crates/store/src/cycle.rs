@@ -37,7 +37,6 @@ pub struct Applied {
     pub events: usize,
 }
 
-
 /// An agent as the decisions leave it, beside what the snapshot read (the guard).
 struct AgentChange<'a> {
     before: &'a Agent,
@@ -121,7 +120,8 @@ impl Store {
             .iter()
             .map(image_from_row)
             .collect::<Result<Vec<_>>>()?;
-        let in_flight = in_flight(&crate::instances::fetch(&mut tx, group, &InstancePhase::IN_FLIGHT).await?);
+        let in_flight =
+            in_flight(&crate::instances::fetch(&mut tx, group, &InstancePhase::IN_FLIGHT).await?);
         tx.commit().await?;
         Ok(Snapshot {
             now,
@@ -290,7 +290,11 @@ impl Store {
         applied.unmarked = decisions.unmarks.len();
         applied.marked = decisions.marks.len();
         applied.terminated = decisions.terminations.len();
-        let let_go: Vec<&str> = decisions.terminations.iter().map(|d| d.agent.0.as_str()).collect();
+        let let_go: Vec<&str> = decisions
+            .terminations
+            .iter()
+            .map(|d| d.agent.0.as_str())
+            .collect();
         terminate_for_agents(&mut tx, &let_go, now).await?;
 
         // 3. Scheduling: one guarded UPDATE per (agent, allocation) and multi-row inserts, so

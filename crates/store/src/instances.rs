@@ -29,7 +29,8 @@ pub enum InstancePhase {
 
 impl InstancePhase {
     /// Counts as capacity on its way.
-    pub const IN_FLIGHT: [InstancePhase; 2] = [InstancePhase::Requested, InstancePhase::Provisioning];
+    pub const IN_FLIGHT: [InstancePhase; 2] =
+        [InstancePhase::Requested, InstancePhase::Provisioning];
     /// The provider may be running it.
     pub const LIVE: [InstancePhase; 4] = [
         InstancePhase::Requested,
@@ -128,7 +129,11 @@ pub(crate) async fn insert_requested(
 }
 
 /// The instances of agents the cycle let go are to be terminated by the provider.
-pub(crate) async fn terminate_for_agents(tx: &mut Tx, agents: &[&str], now: Timestamp) -> Result<()> {
+pub(crate) async fn terminate_for_agents(
+    tx: &mut Tx,
+    agents: &[&str],
+    now: Timestamp,
+) -> Result<()> {
     for agent in agents {
         sqlx::query(
             "UPDATE instances SET state = 'terminating', updated_at = $2, \
@@ -142,7 +147,11 @@ pub(crate) async fn terminate_for_agents(tx: &mut Tx, agents: &[&str], now: Time
     Ok(())
 }
 
-pub(crate) async fn fetch(tx: &mut Tx, group: &str, phases: &[InstancePhase]) -> Result<Vec<InstanceRecord>> {
+pub(crate) async fn fetch(
+    tx: &mut Tx,
+    group: &str,
+    phases: &[InstancePhase],
+) -> Result<Vec<InstanceRecord>> {
     let sql = format!(
         "SELECT {COLUMNS} FROM instances WHERE group_name = $1 AND state IN ({}) \
          ORDER BY requested_at, id",

@@ -28,9 +28,9 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, SqlSafeStr, Transaction};
 
 pub use cycle::{Applied, MAX_PENDING_PER_PASS};
-pub use instances::{InstancePhase, InstanceRecord};
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
+pub use instances::{InstancePhase, InstanceRecord};
 pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
 
 /// The migrations, embedded in the binary: (version, description, SQLite SQL, PostgreSQL SQL).

@@ -1170,12 +1170,22 @@ on_both!(instances_follow_launches_joins_and_terminations, |db| {
         )
     };
     assert!(to_provisioning(12).await.unwrap());
-    assert!(!to_provisioning(13).await.unwrap(), "moves only from where it is");
+    assert!(
+        !to_provisioning(13).await.unwrap(),
+        "moves only from where it is"
+    );
     assert_eq!(s.snapshot("g", t(14)).await.unwrap().in_flight[0].count, 2);
 
     // Its agent joined: one left in flight.
     assert!(s
-        .move_instance(&id, &[InstancePhase::Provisioning], InstancePhase::Joined, None, "joined", t(15))
+        .move_instance(
+            &id,
+            &[InstancePhase::Provisioning],
+            InstancePhase::Joined,
+            None,
+            "joined",
+            t(15)
+        )
         .await
         .unwrap());
     assert_eq!(s.snapshot("g", t(16)).await.unwrap().in_flight[0].count, 1);
@@ -1217,7 +1227,10 @@ on_both!(provider_configuration_and_instance_bootstrap_tokens, |db| {
     assert_eq!(s.get_group_provider("g").await.unwrap(), None, "static");
     let config = r#"{"name":"process"}"#;
     s.set_group_provider("g", Some(config), t(1)).await.unwrap();
-    assert_eq!(s.get_group_provider("g").await.unwrap().as_deref(), Some(config));
+    assert_eq!(
+        s.get_group_provider("g").await.unwrap().as_deref(),
+        Some(config)
+    );
     assert!(matches!(
         s.get_group_provider("nope").await,
         Err(StoreError::NotFound { .. })
@@ -1231,10 +1244,23 @@ on_both!(provider_configuration_and_instance_bootstrap_tokens, |db| {
     s.insert_bootstrap_token("tok", "hash", "g", Some("g-1"), t(100), t(1))
         .await
         .unwrap();
-    assert_eq!(s.consume_bootstrap_token("hash", "g-2", t(2)).await.unwrap(), None);
     assert_eq!(
-        s.consume_bootstrap_token("hash", "g-1", t(2)).await.unwrap().as_deref(),
+        s.consume_bootstrap_token("hash", "g-2", t(2))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        s.consume_bootstrap_token("hash", "g-1", t(2))
+            .await
+            .unwrap()
+            .as_deref(),
         Some("g")
     );
-    assert_eq!(s.consume_bootstrap_token("hash", "g-1", t(3)).await.unwrap(), None);
+    assert_eq!(
+        s.consume_bootstrap_token("hash", "g-1", t(3))
+            .await
+            .unwrap(),
+        None
+    );
 });

@@ -397,10 +397,12 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             launch,
             out,
         } => {
-            let changes = file.is_some() || provider.is_some() || !options.is_empty() || !launch.is_empty();
+            let changes =
+                file.is_some() || provider.is_some() || !options.is_empty() || !launch.is_empty();
             let reply = if changes {
                 let current = api.get(&["groups", &name, "provider"], &[]).await?;
-                let body = provider_body(&current.value, file.as_deref(), provider, &options, &launch)?;
+                let body =
+                    provider_body(&current.value, file.as_deref(), provider, &options, &launch)?;
                 api.put(&["groups", &name, "provider"], &body).await?
             } else {
                 api.get(&["groups", &name, "provider"], &[]).await?
@@ -496,17 +498,18 @@ fn provider_body(
             .as_object_mut()
             .with_context(|| format!("{what}: {key} is not an object"))?;
         for pair in pairs {
-            let (k, v) = pair
-                .split_once('=')
-                .with_context(|| format!("--{}: {pair:?} is not KEY=VALUE", key.trim_end_matches('s')))?;
+            let (k, v) = pair.split_once('=').with_context(|| {
+                format!("--{}: {pair:?} is not KEY=VALUE", key.trim_end_matches('s'))
+            })?;
             if v.is_empty() && !numeric {
                 map.remove(k);
                 continue;
             }
             let value = if numeric {
-                Value::from(v.parse::<u64>().with_context(|| {
-                    format!("--launch {k}: {v:?} is not a whole number")
-                })?)
+                Value::from(
+                    v.parse::<u64>()
+                        .with_context(|| format!("--launch {k}: {v:?} is not a whole number"))?,
+                )
             } else {
                 serde_json::from_str(v).unwrap_or_else(|_| Value::from(v))
             };
@@ -527,7 +530,11 @@ fn print_provider(p: &Value) {
     let mut rows = vec![("provider", text(&p["name"]))];
     let options: Vec<(String, String)> = p["options"]
         .as_object()
-        .map(|m| m.iter().map(|(k, v)| (format!("option {k}"), text(v))).collect())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (format!("option {k}"), text(v)))
+                .collect()
+        })
         .unwrap_or_default();
     let launch: Vec<(String, String)> = p["launch"]
         .as_object()
@@ -582,7 +589,14 @@ fn print_instances(list: &Instances) {
         .collect();
     table(
         "instances",
-        &["AGENT", "TEMPLATE", "STATE", "INSTANCE", "REQUESTED", "REASON"],
+        &[
+            "AGENT",
+            "TEMPLATE",
+            "STATE",
+            "INSTANCE",
+            "REQUESTED",
+            "REASON",
+        ],
         &rows,
     );
     for (template, h) in &list.held {

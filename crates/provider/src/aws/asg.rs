@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::ec2::{describe_instances, id_filter, partial, tags};
 use super::errors::sdk_error;
-use super::TOKEN_TAG;
+use super::{SERVER_TAG, TOKEN_TAG};
 use crate::{Context, Instance, InstanceState, LaunchRequest, ProviderError};
 
 /// How long launch waits for the group's new instances to show up after SetDesiredCapacity
@@ -115,6 +115,12 @@ impl AsgMode {
             &self.extra_tags,
         );
         all.push(Tag::builder().key(TOKEN_TAG).value(&request.token).build());
+        all.push(
+            Tag::builder()
+                .key(SERVER_TAG)
+                .value(&self.context.manager_url)
+                .build(),
+        );
         self.ec2
             .create_tags()
             .resources(&id)

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
-    Filter, IamInstanceProfileSpecification, InstanceStateName, InstanceType, ResourceType, Tag,
-    TagSpecification,
+    Filter, HttpTokensState, IamInstanceProfileSpecification, InstanceMetadataOptionsRequest,
+    InstanceStateName, InstanceType, ResourceType, Tag, TagSpecification,
 };
 use futures_util::{stream, StreamExt};
 
@@ -70,12 +70,12 @@ pub fn user_data(server: &str, group: &str, request: &LaunchRequest, extra: &str
 /// Checks a bootstrap value can stand unquoted in the user data script: no spaces, quotes,
 /// `$`, backquotes, `;`, `&`, `|`, `<`, `>`, parentheses, `~` or newlines.
 pub fn shell_safe(what: &str, value: &str) -> Result<(), ProviderError> {
-    let safe = |c: char| c.is_ascii_alphanumeric() || "-._:/%@+=,[]_".contains(c);
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_.:/%@+=,[]".contains(c);
     if !value.is_empty() && value.chars().all(safe) {
         Ok(())
     } else {
         Err(ProviderError::fatal(format!(
-            "{what} {value:?} cannot go into EC2 user data: only letters, digits and -._:/%@+=,[] are allowed"
+            "{what} {value:?} cannot go into EC2 user data: only letters, digits and -_.:/%@+=,[] are allowed"
         )))
     }
 }
@@ -167,6 +167,12 @@ impl Ec2Mode {
             )
             .set_key_name(settings.key_name.clone())
             .set_iam_instance_profile(settings.iam_instance_profile.as_deref().map(profile))
+            // IMDSv2 only: the user data holds a token, which IMDSv1 would hand to any SSRF.
+            .metadata_options(
+                InstanceMetadataOptionsRequest::builder()
+                    .http_tokens(HttpTokensState::Required)
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| sdk_error(&spec.what(), e))?;

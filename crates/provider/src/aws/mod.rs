@@ -40,6 +40,7 @@
 //! <option user_data>
 //! ```
 //!
+//! Instances require IMDSv2 (session tokens), which the agent uses.
 //! The values are checked to be shell-safe, so cloud-init can run the text as a script: the
 //! operator's `user_data` starts the agent (`corral agent --metadata aws`, which reads the lines
 //! back from IMDS, or `export CORRAL_SERVER CORRAL_TOKEN CORRAL_AGENT_GROUP CORRAL_AGENT_ID`
@@ -51,8 +52,9 @@
 //! error beyond the group's MaxSize), waits briefly (bounded) for the new instances to appear,
 //! and tags each with `corral-group`, `corral-agent`, `corral-template` and
 //! `corral-bootstrap-token`. The launch template must enable instance metadata tags
-//! (`InstanceMetadataTags: enabled`) and run `corral agent --metadata aws`, which waits for the
-//! tags to appear in IMDS (they are set shortly after the instance starts). Caveat: the token tag
+//! (`InstanceMetadataTags: enabled`), and its user data must hold the manager's URL as a
+//! `CORRAL_SERVER=<url>` line and run `corral agent --metadata aws`. The tags are set a moment
+//! after the instance starts, so the agent has to retry until IMDS shows them. Caveat: the token tag
 //! is readable by every principal allowed `ec2:DescribeTags` or `ec2:DescribeInstances` in the
 //! account; it is one-time and expires, which bounds the exposure. Instances that appear after the
 //! wait stay untagged; the manager sees them without an agent id and terminates them. Terminate
@@ -93,6 +95,8 @@ use crate::{Context, Instance, LaunchRequest, Provider, ProviderError, TemplateO
 
 /// Tag (asg mode) holding an instance's one-time bootstrap token.
 pub const TOKEN_TAG: &str = "corral-bootstrap-token";
+/// Tag (asg mode) holding the manager's URL.
+pub const SERVER_TAG: &str = "corral-server";
 
 /// A hung connection fails the attempt (and the SDK retries) instead of waiting for the
 /// manager's own timeout.

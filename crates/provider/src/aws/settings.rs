@@ -5,14 +5,14 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use super::TOKEN_TAG;
+use super::{SERVER_TAG, TOKEN_TAG};
 use crate::options::ConfigError;
 use crate::{AGENT_TAG, GROUP_TAG, REDACTED, TEMPLATE_TAG};
 
 /// EC2 takes at most 16 KiB of user data (before base64); the bootstrap lines need the rest.
 pub const USER_DATA_MAX: usize = 15 * 1024;
-/// EC2 allows 50 tags per resource; corral sets up to four of its own.
-pub const EXTRA_TAGS_MAX: usize = 46;
+/// EC2 allows 50 tags per resource; corral sets up to five of its own.
+pub const EXTRA_TAGS_MAX: usize = 45;
 
 /// How instances are started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -156,11 +156,11 @@ impl Options {
             return Err(error(
                 "tags",
                 format!(
-                    "at most {EXTRA_TAGS_MAX} tags (EC2 allows 50 per instance, corral sets 4)"
+                    "at most {EXTRA_TAGS_MAX} tags (EC2 allows 50 per instance, corral sets 5)"
                 ),
             ));
         }
-        let ours = [GROUP_TAG, AGENT_TAG, TEMPLATE_TAG, TOKEN_TAG];
+        let ours = [GROUP_TAG, AGENT_TAG, TEMPLATE_TAG, TOKEN_TAG, SERVER_TAG];
         for (key, value) in &self.tags {
             let field = format!("tags.{key}");
             if key.is_empty() || key.chars().count() > 128 {
