@@ -305,3 +305,87 @@ fn an_exec_plugin_failing_half_its_calls_backs_off_and_never_exceeds_max() {
     let left: Value = serde_json::from_str(&instances).unwrap();
     assert_eq!(left["instances"], json!({}), "agents the plugin still runs");
 }
+
+/// The start time `/proc/<pid>/stat` gives a process, as the process provider records it.
+fn start_time(pid: u32) -> u64 {
+    corral_runtime::procfs::stat(pid as i32).unwrap().start_time
+}
+
+#[test]
+fn reconciliation_ends_unknown_instances_and_loses_agents_whose_instance_vanished() {
+    let c = Cluster::start(60);
+    let mut g = group(json!({
+        "name": "process",
+        "launch": {"reconcile_secs": 1, "orphan_grace_secs": 2},
+    }));
+    g["policy"]["idle_wait_secs"] = json!(600);
+    let file = c.dir.path().join("group.json");
+    std::fs::write(&file, g.to_string()).unwrap();
+    assert!(c
+        .cli(&["group", "create", "auto", "--file", file.to_str().unwrap()])
+        .status
+        .success());
+
+    // An instance carrying the group's mark that the manager never launched (a leftover of a
+    // lost database, say): the provider lists it; it is terminated after the grace period.
+    let state = c.dir.path().join("data/providers/auto");
+    let orphan = std::process::Command::new("setsid")
+        .args(["sleep", "300"])
+        .spawn()
+        .unwrap();
+    let orphan_pid = orphan.id();
+    let _orphan = Proc(orphan);
+    std::fs::create_dir_all(state.join("auto-0rphan")).unwrap();
+    std::fs::write(
+        state.join("auto-0rphan/instance.json"),
+        json!({"pid": orphan_pid, "start_time": start_time(orphan_pid), "template": "small",
+               "agent_id": "auto-0rphan", "group": "auto"})
+        .to_string(),
+    )
+    .unwrap();
+
+    // A session runs on a launched agent; then its instance vanishes (every process of it dies).
+    let id = c.submit(&[
+        "--group", "auto", "--request", "cpu=1", "--type", "batch", "--", "sh", "-c",
+        "sleep 3; echo survived",
+    ]);
+    let first = c.until_for(60, "the session runs", || {
+        let s = c.listed(&id);
+        (s["state"] == "running").then(|| s["agent"].as_str().unwrap().to_string())
+    });
+    let record: Value = serde_json::from_str(
+        &std::fs::read_to_string(state.join(&first).join("instance.json")).unwrap(),
+    )
+    .unwrap();
+    let sid = record["pid"].as_i64().unwrap() as i32;
+    for pgrp in corral_runtime::procfs::session_groups(sid) {
+        unsafe { libc::kill(-pgrp, libc::SIGKILL) };
+    }
+
+    // The agent is lost and terminated, the session requeued and run on a new instance.
+    let second = c.until_for(60, "the session succeeds elsewhere", || {
+        let s = c.listed(&id);
+        (s["state"] == "succeeded").then(|| s["agent"].as_str().unwrap().to_string())
+    });
+    assert_ne!(first, second);
+    assert_eq!(text(&c.cli(&["session", "logs", &id]).stdout), "survived\n");
+    let story = events(&c);
+    let gone = story
+        .iter()
+        .find(|e| e["kind"] == "instance_gone")
+        .expect("an instance_gone event");
+    assert_eq!(gone["agent"], first.as_str());
+    assert!(gone["message"].as_str().unwrap().contains("1 session(s) requeued"), "{gone}");
+    let agents = c.json(&["agent", "ls", "-o", "json"]);
+    let state_of = |a: &str| {
+        agents.as_array().unwrap().iter().find(|x| x["id"] == a).unwrap()["state"].clone()
+    };
+    assert_eq!(state_of(&first), "terminated");
+
+    // The orphan was terminated, and said so.
+    c.until_for(30, "the orphan is terminated", || {
+        (!corral_runtime::procfs::stat(orphan_pid as i32).is_some_and(|s| s.alive())).then_some(())
+    });
+    assert!(events(&c).iter().any(|e| e["kind"] == "orphan"
+        && e["message"].as_str().unwrap_or_default().contains("auto-0rphan")));
+}

@@ -4,7 +4,7 @@
 //! process groups and sessions with a bounded escalation to SIGKILL, files replaced atomically,
 //! and the option checks they have in common.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::path::Path;
@@ -175,63 +175,8 @@ where
     Ok(launched)
 }
 
-/// The fields of `/proc/<pid>/stat` read here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ProcStat {
-    /// `R`, `S`, `Z`...
-    pub state: char,
-    pub pgrp: i32,
-    pub session: i32,
-    /// Field 22: clock ticks after boot at which the process started. With the pid it names a
-    /// process uniquely, whatever pids are reused.
-    pub start_time: u64,
-}
-
-impl ProcStat {
-    /// Neither a zombie nor dead.
-    pub fn alive(&self) -> bool {
-        !matches!(self.state, 'Z' | 'X' | 'x')
-    }
-}
-
-/// Parses `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may hold spaces
-/// and parentheses, so fields are counted from the last `)`.
-pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
-    let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // fields[0] is field 3 (state), [2] field 5 (pgrp), [3] field 6 (session), [19] field 22.
-    Some(ProcStat {
-        state: fields.first()?.chars().next()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        session: fields.get(3)?.parse().ok()?,
-        start_time: fields.get(19)?.parse().ok()?,
-    })
-}
-
-/// The stat of `pid` (zombies included), or `None` if there is no such process.
-pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_stat(&text)
-}
-
-/// Whether `pid` is a live (not zombie) process that started at `start_time`.
-pub(crate) fn is_same_live_process(pid: i32, start_time: u64) -> bool {
-    proc_stat(pid).is_some_and(|s| s.alive() && s.start_time == start_time)
-}
-
-/// The process groups that have a live (not zombie) member in the session `sid`: an agent's
-/// own group and those of the sessions it runs as processes (each in a group of its own).
-pub(crate) fn session_groups(sid: i32) -> BTreeSet<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return BTreeSet::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(proc_stat)
-        .filter(|s| s.alive() && s.session == sid)
-        .map(|s| s.pgrp)
-        .collect()
-}
+// What /proc says of processes: the runtime crate reads it for sessions, the same way.
+pub(crate) use corral_runtime::procfs::{is_same_live_process, session_groups, stat as proc_stat};
 
 /// Sends `signal` to the process group `pgid`; a group that no longer exists is no error.
 pub(crate) fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
@@ -462,19 +407,6 @@ mod tests {
             token: "t".into(),
         };
         assert!(AgentSpec::new(&context(), "small", &bad).is_err());
-    }
-
-    #[test]
-    fn stat_is_parsed_past_odd_command_names() {
-        let text =
-            "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200";
-        let s = parse_stat(text).unwrap();
-        assert_eq!((s.state, s.pgrp, s.start_time), ('S', 4242, 987654));
-        assert!(parse_stat("garbage").is_none());
-        let me = std::process::id() as i32;
-        let s = proc_stat(me).unwrap();
-        assert!(is_same_live_process(me, s.start_time));
-        assert!(!is_same_live_process(me, s.start_time + 1));
     }
 
     #[test]

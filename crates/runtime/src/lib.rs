@@ -26,7 +26,7 @@ mod cgroup;
 mod docker;
 mod outputs;
 mod process;
-mod procfs;
+pub mod procfs;
 pub mod testing;
 
 use std::collections::BTreeMap;

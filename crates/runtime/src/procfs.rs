@@ -2,44 +2,63 @@
 
 use std::io;
 
-/// The fields of `/proc/<pid>/stat` this crate reads.
+/// The fields of `/proc/<pid>/stat` Corral reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stat {
+pub struct Stat {
     /// `R`, `S`, `Z`...
     pub state: char,
     pub pgrp: i32,
+    /// The session id (field 6).
+    pub session: i32,
     /// Clock ticks after boot at which the process started: with the pid, names it uniquely.
     pub start_time: u64,
 }
 
 impl Stat {
+    /// Neither a zombie nor dead.
     pub fn alive(&self) -> bool {
-        self.state != 'Z' && self.state != 'X'
+        !matches!(self.state, 'Z' | 'X' | 'x')
     }
 }
 
 /// Parses the text of `/proc/<pid>/stat`. The command name (field 2) is in parentheses and may
 /// contain anything, so fields are counted from the last `)`.
-pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
+pub fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // fields[0] is field 3 (state), fields[2] field 5 (pgrp), fields[19] field 22 (starttime).
+    // fields[0] is field 3 (state), [2] field 5 (pgrp), [3] field 6 (session), [19] field 22
+    // (starttime).
     Some(Stat {
         state: fields.first()?.chars().next()?,
         pgrp: fields.get(2)?.parse().ok()?,
+        session: fields.get(3)?.parse().ok()?,
         start_time: fields.get(19)?.parse().ok()?,
     })
 }
 
 /// The stat of a process, or `None` if it does not exist.
-pub(crate) fn stat(pid: i32) -> Option<Stat> {
+pub fn stat(pid: i32) -> Option<Stat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_stat(&text)
 }
 
 /// Whether `pid` is a live (not zombie) process that started at `start_time`.
-pub(crate) fn is_same_live_process(pid: i32, start_time: u64) -> bool {
+pub fn is_same_live_process(pid: i32, start_time: u64) -> bool {
     stat(pid).is_some_and(|s| s.alive() && s.start_time == start_time)
+}
+
+/// The process groups that have a live (not zombie) member in the session `sid` (a process
+/// started with `setsid` and the groups it made).
+pub fn session_groups(sid: i32) -> std::collections::BTreeSet<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return std::collections::BTreeSet::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(stat)
+        .filter(|s| s.alive() && s.session == sid)
+        .map(|s| s.pgrp)
+        .collect()
 }
 
 /// The live (not zombie) processes of a process group.
@@ -100,7 +119,7 @@ mod tests {
         let text = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200 18446744073709551615";
         let s = parse_stat(text).unwrap();
         assert_eq!(s.state, 'S');
-        assert_eq!(s.pgrp, 4242);
+        assert_eq!((s.pgrp, s.session), (4242, 4242));
         assert_eq!(s.start_time, 987654);
         assert!(parse_stat("garbage").is_none());
     }
