@@ -628,7 +628,48 @@ fn set_policy_changes_only_the_settings_given() {
         plan.starts_with("launch") && plan.contains("sessions"),
         "{plan}"
     );
-    // min_nodes 1 made the demand policy launch: the group is in use.
+    // min_nodes 1 made the demand policy launch, which the static provider cannot: the
+    // instance fails, saying why, and the template backs off.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let failed = loop {
+        let all = m
+            .admin(&["group", "instances", "g1", "--all", "-o", "json"])
+            .json();
+        if let Some(f) = all["instances"]
+            .as_array()
+            .and_then(|l| l.iter().find(|i| i["phase"] == "failed"))
+        {
+            break f.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no failed launch: {all}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(
+        failed["reason"]
+            .as_str()
+            .unwrap()
+            .contains("static provider cannot launch"),
+        "{failed}"
+    );
+    let shown = m.admin(&["group", "instances", "g1"]).ok().to_string();
+    assert!(
+        shown.contains("0 more now") && shown.contains("backs off"),
+        "{shown}"
+    );
+    // An agent makes the group in use.
+    m.admin(&[
+        "agent",
+        "register",
+        "a9",
+        "--group",
+        "g1",
+        "--capacity",
+        "cpu=1",
+    ])
+    .ok();
     assert!(m
         .admin(&["group", "delete", "g1"])
         .fails()

@@ -346,7 +346,15 @@ fn reconciliation_ends_unknown_instances_and_loses_agents_whose_instance_vanishe
 
     // A session runs on a launched agent; then its instance vanishes (every process of it dies).
     let id = c.submit(&[
-        "--group", "auto", "--request", "cpu=1", "--type", "batch", "--", "sh", "-c",
+        "--group",
+        "auto",
+        "--request",
+        "cpu=1",
+        "--type",
+        "batch",
+        "--",
+        "sh",
+        "-c",
         "sleep 3; echo survived",
     ]);
     let first = c.until_for(60, "the session runs", || {
@@ -375,10 +383,22 @@ fn reconciliation_ends_unknown_instances_and_loses_agents_whose_instance_vanishe
         .find(|e| e["kind"] == "instance_gone")
         .expect("an instance_gone event");
     assert_eq!(gone["agent"], first.as_str());
-    assert!(gone["message"].as_str().unwrap().contains("1 session(s) requeued"), "{gone}");
+    assert!(
+        gone["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 session(s) requeued"),
+        "{gone}"
+    );
     let agents = c.json(&["agent", "ls", "-o", "json"]);
     let state_of = |a: &str| {
-        agents.as_array().unwrap().iter().find(|x| x["id"] == a).unwrap()["state"].clone()
+        agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["id"] == a)
+            .unwrap()["state"]
+            .clone()
     };
     assert_eq!(state_of(&first), "terminated");
 
@@ -387,5 +407,8 @@ fn reconciliation_ends_unknown_instances_and_loses_agents_whose_instance_vanishe
         (!corral_runtime::procfs::stat(orphan_pid as i32).is_some_and(|s| s.alive())).then_some(())
     });
     assert!(events(&c).iter().any(|e| e["kind"] == "orphan"
-        && e["message"].as_str().unwrap_or_default().contains("auto-0rphan")));
+        && e["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("auto-0rphan")));
 }
