@@ -206,14 +206,18 @@ fn aws_scales_out_and_in_and_an_unavailable_type_backs_off_for_another() {
         "only the available type was ever started"
     );
 
-    // The events: the cheap template failed and backed off, the other one was launched.
-    let events: Vec<Value> = c
-        .json(&[
-            "events", "--group", "cloud", "--limit", "1000", "-o", "json",
-        ])
-        .as_array()
-        .cloned()
-        .unwrap();
+    // The events: the cheap template failed and backed off, the other one was launched, and
+    // the instances were terminated (the event follows moto's answer by a moment).
+    let events: Vec<Value> = c.until_for(20, "the terminations are recorded", || {
+        let events = c
+            .json(&[
+                "events", "--group", "cloud", "--limit", "1000", "-o", "json",
+            ])
+            .as_array()
+            .cloned()?;
+        let terminated = events.iter().filter(|e| e["kind"] == "terminated").count();
+        (terminated == instances.len()).then_some(events)
+    });
     let says = |kind: &str, words: &[&str]| {
         events.iter().any(|e| {
             let m = e["message"].as_str().unwrap_or_default();

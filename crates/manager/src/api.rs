@@ -470,7 +470,12 @@ async fn delete_group(
 
 /// The group as the cycle would see it now.
 async fn snapshot(app: &App, name: &str) -> Result<Snapshot> {
-    Ok(app.store.snapshot(name, now()).await?)
+    let now = now();
+    let mut snapshot = app.store.snapshot(name, now).await?;
+    if let Some(driver) = app.control.driver(name) {
+        snapshot.launch_limits = driver.limits(now);
+    }
+    Ok(snapshot)
 }
 
 async fn pending(

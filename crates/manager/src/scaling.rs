@@ -231,6 +231,7 @@ impl Driver {
             state_dir: self.config.state_dir.join(&self.group),
         };
         let timeout = Duration::from_secs(config.launch.call_timeout_secs);
+        let templates: Vec<String> = context.templates.iter().map(|t| t.name.clone()).collect();
         let provider = match bounded(
             timeout,
             "connect",
@@ -240,6 +241,8 @@ impl Driver {
         {
             Ok(p) => {
                 tracing::info!(group = self.group, provider = config.name, "provider ready");
+                self.check_templates(p.as_ref(), &config.name, &templates, timeout)
+                    .await?;
                 Some(p)
             }
             Err(e) => {
@@ -249,6 +252,42 @@ impl Driver {
             }
         };
         self.connected = Some(Connected { key, provider });
+        Ok(())
+    }
+
+    /// Says so when the provider offers templates and some of the group's are not among them
+    /// (a plugin that knows its own): their launches would fail.
+    async fn check_templates(
+        &self,
+        provider: &dyn Provider,
+        name: &str,
+        templates: &[String],
+        timeout: Duration,
+    ) -> Result<(), StoreError> {
+        let offered = match bounded(timeout, "templates", provider.templates()).await {
+            Ok(offered) => offered,
+            Err(e) => {
+                tracing::warn!(group = self.group, error = %e, "asking the provider for its templates failed");
+                return Ok(());
+            }
+        };
+        if offered.is_empty() {
+            return Ok(());
+        }
+        let unknown: Vec<&str> = templates
+            .iter()
+            .filter(|t| !offered.iter().any(|o| &o.name == *t))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            let known: Vec<&str> = offered.iter().map(|o| o.name.as_str()).collect();
+            let message = format!(
+                "provider {name} does not offer template(s) {}; it offers {}",
+                unknown.join(", "),
+                known.join(", ")
+            );
+            self.event("provider", None, message).await?;
+        }
         Ok(())
     }
 
@@ -412,23 +451,20 @@ impl Driver {
         }
         let now = now();
         for r in &rows {
+            let vendor = r.provider_id.as_deref().unwrap_or("never started");
+            let message = format!("instance {vendor} of agent {} terminated", r.id);
+            tracing::info!(group = self.group, "{message}");
             self.store
-                .move_instance(
+                .move_instance_noting(
                     &r.id,
                     &[InstancePhase::Terminating],
                     InstancePhase::Terminated,
                     None,
                     "its agent was let go",
+                    Some(&self.new_event("terminated", Some(&r.id), message)),
                     now,
                 )
                 .await?;
-            let vendor = r.provider_id.as_deref().unwrap_or("never started");
-            self.event(
-                "terminated",
-                Some(&r.id),
-                format!("instance {vendor} of agent {} terminated", r.id),
-            )
-            .await?;
         }
         Ok(())
     }
@@ -659,16 +695,20 @@ impl Driver {
     ) -> Result<(), StoreError> {
         tracing::info!(group = self.group, kind, "{message}");
         self.store
-            .record_event(&NewEvent {
-                at: now(),
-                group: Some(self.group.clone()),
-                session: None,
-                agent: agent.map(str::to_string),
-                kind: kind.to_string(),
-                message,
-            })
+            .record_event(&self.new_event(kind, agent, message))
             .await?;
         Ok(())
+    }
+
+    fn new_event(&self, kind: &str, agent: Option<&str>, message: String) -> NewEvent {
+        NewEvent {
+            at: now(),
+            group: Some(self.group.clone()),
+            session: None,
+            agent: agent.map(str::to_string),
+            kind: kind.to_string(),
+            message,
+        }
     }
 }
 

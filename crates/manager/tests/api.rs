@@ -741,3 +741,40 @@ on_both!(
         );
     }
 );
+
+#[tokio::test]
+async fn a_template_the_providers_plugin_does_not_offer_is_reported() {
+    let m = Manager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("plugin.sh");
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\ncat > /dev/null\necho '{\"templates\": [{\"name\": \"gpu\", \"slots\": \"gpu=1\"}]}'\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let body = serde_json::json!({
+        "name": "cloud",
+        "templates": [{"name": "small", "slots": "cpu=1"}],
+        "provider": {"name": "exec", "options": {"command": plugin}},
+    });
+    let r = m.post("/api/v1/groups", &body.to_string()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let events = m.get("/api/v1/events?group=cloud").await.body;
+        let found = events.as_array().unwrap().iter().any(|e| {
+            e["kind"] == "provider"
+                && e["message"] == "provider exec does not offer template(s) small; it offers gpu"
+        });
+        if found {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no provider event: {events}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

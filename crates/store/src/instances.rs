@@ -9,6 +9,7 @@ use corral_core::Timestamp;
 
 use crate::codec::{name_of, Fields};
 use crate::error::Result;
+use crate::events::{insert_event, NewEvent};
 use crate::{Store, Tx};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -214,20 +215,43 @@ impl Store {
         reason: &str,
         now: Timestamp,
     ) -> Result<bool> {
+        self.move_instance_noting(id, from, to, provider_id, reason, None, now)
+            .await
+    }
+
+    /// [`Store::move_instance`], writing `event` in the same transaction if it moved, so that
+    /// what the events say and the instance's phase never disagree.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn move_instance_noting(
+        &self,
+        id: &str,
+        from: &[InstancePhase],
+        to: InstancePhase,
+        provider_id: Option<&str>,
+        reason: &str,
+        event: Option<&NewEvent>,
+        now: Timestamp,
+    ) -> Result<bool> {
         let sql = format!(
             "UPDATE instances SET state = $2, provider_id = COALESCE($3, provider_id), \
              reason = $4, updated_at = $5 WHERE id = $1 AND state IN ({})",
             phase_list(from)
         );
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .bind(name_of(&to))
             .bind(provider_id)
             .bind(reason)
             .bind(now.0)
-            .execute(&self.write)
+            .execute(&mut *tx)
             .await?;
-        Ok(done.rows_affected() > 0)
+        let moved = done.rows_affected() > 0;
+        if let (true, Some(event)) = (moved, event) {
+            insert_event(&mut tx, event).await?;
+        }
+        tx.commit().await?;
+        Ok(moved)
     }
 }
 
