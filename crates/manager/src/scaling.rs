@@ -93,7 +93,10 @@ impl GroupDriver {
 /// The provider a driver holds, and the configuration it was built from.
 struct Connected {
     key: String,
+    /// `None` when connecting failed: tried again every `reconcile_secs` (the configuration
+    /// may be fine and the vendor briefly unreachable, or a plugin not installed yet).
     provider: Option<Box<dyn Provider>>,
+    at: Instant,
 }
 
 /// One group's driver task: runs rounds until the group is gone.
@@ -174,7 +177,9 @@ impl Driver {
         control: &Arc<Control>,
     ) -> Result<(), StoreError> {
         let Some(provider) = connected.and_then(|c| c.provider.as_deref()) else {
-            // Not connected: in-flight rows still time out, so the policy can go on.
+            // Not connected: in-flight rows still time out, so the policy can go on; the next
+            // try to connect is a reconcile interval away.
+            self.next_reconcile = Instant::now() + Duration::from_secs(settings.reconcile_secs);
             return self.time_out(None, settings, control).await;
         };
         self.launch(provider, settings, control).await?;
@@ -200,7 +205,10 @@ impl Driver {
             stored.as_deref().unwrap_or(""),
             serde_json::to_string(&group.templates).unwrap_or_default()
         );
-        if self.connected.as_ref().is_some_and(|c| c.key == key) {
+        let retry = Duration::from_secs(self.me.settings().reconcile_secs);
+        let current =
+            |c: &Connected| c.key == key && (c.provider.is_some() || c.at.elapsed() < retry);
+        if self.connected.as_ref().is_some_and(current) {
             return Ok(());
         }
         let config: ProviderConfig = match stored.as_deref().map(serde_json::from_str).transpose() {
@@ -215,6 +223,7 @@ impl Driver {
                 self.connected = Some(Connected {
                     key,
                     provider: None,
+                    at: Instant::now(),
                 });
                 return Ok(());
             }
@@ -251,7 +260,11 @@ impl Driver {
                 None
             }
         };
-        self.connected = Some(Connected { key, provider });
+        self.connected = Some(Connected {
+            key,
+            provider,
+            at: Instant::now(),
+        });
         Ok(())
     }
 

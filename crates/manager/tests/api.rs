@@ -742,11 +742,42 @@ on_both!(
     }
 );
 
+/// Waits until the group has an event of `kind` whose message contains `words`.
+async fn wait_event(m: &Manager, group: &str, kind: &str, words: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let events = m.get(&format!("/api/v1/events?group={group}")).await.body;
+        let found = events.as_array().unwrap().iter().any(|e| {
+            e["kind"] == kind && e["message"].as_str().unwrap_or_default().contains(words)
+        });
+        if found {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {kind} event with {words:?}: {events}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
-async fn a_template_the_providers_plugin_does_not_offer_is_reported() {
+async fn a_plugin_installed_late_is_picked_up_and_templates_it_lacks_are_reported() {
     let m = Manager::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("plugin.sh");
+    let body = serde_json::json!({
+        "name": "cloud",
+        "templates": [{"name": "small", "slots": "cpu=1"}],
+        "provider": {"name": "exec", "options": {"command": plugin},
+                     "launch": {"reconcile_secs": 1}},
+    });
+    let r = m.post("/api/v1/groups", &body.to_string()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // Not there yet: the driver says so, and tries again.
+    wait_event(&m, "cloud", "provider", "plugin.sh").await;
+
+    // A plugin offering only its own templates.
     std::fs::write(
         &plugin,
         "#!/bin/sh\ncat > /dev/null\necho '{\"templates\": [{\"name\": \"gpu\", \"slots\": \"gpu=1\"}]}'\n",
@@ -754,27 +785,11 @@ async fn a_template_the_providers_plugin_does_not_offer_is_reported() {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let body = serde_json::json!({
-        "name": "cloud",
-        "templates": [{"name": "small", "slots": "cpu=1"}],
-        "provider": {"name": "exec", "options": {"command": plugin}},
-    });
-    let r = m.post("/api/v1/groups", &body.to_string()).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let events = m.get("/api/v1/events?group=cloud").await.body;
-        let found = events.as_array().unwrap().iter().any(|e| {
-            e["kind"] == "provider"
-                && e["message"] == "provider exec does not offer template(s) small; it offers gpu"
-        });
-        if found {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no provider event: {events}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_event(
+        &m,
+        "cloud",
+        "provider",
+        "provider exec does not offer template(s) small; it offers gpu",
+    )
+    .await;
 }
