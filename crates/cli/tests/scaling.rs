@@ -215,13 +215,35 @@ fn the_docker_provider_scales_a_group_out_and_back_to_zero() {
     if !docker_available() {
         return;
     }
-    // The agent image, built from this very binary as an operator would.
+    // The agent image, built from this very binary as an operator would; without its debug
+    // information (close to a gigabyte in a test build) where binutils can strip it.
     let tag = "corral-agent:e2e";
+    let dir = tempfile::tempdir().unwrap();
+    let stripped = dir.path().join("corral");
+    let binary = match std::process::Command::new("objcopy")
+        .args(["--strip-debug", CORRAL])
+        .arg(&stripped)
+        .status()
+    {
+        Ok(s) if s.success() => stripped,
+        _ => std::path::PathBuf::from(CORRAL),
+    };
     let out = std::process::Command::new(CORRAL)
-        .args(["agent-image", "--tag", tag])
+        .args(["agent-image", "--tag", tag, "--binary"])
+        .arg(&binary)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    // The image goes when the test ends, whatever happens.
+    struct RemoveImage(&'static str);
+    impl Drop for RemoveImage {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("docker")
+                .args(["rmi", "-f", self.0])
+                .output();
+        }
+    }
+    let _image = RemoveImage(tag);
     scale_out_run_and_back_to_zero(json!({
         "name": "docker",
         "options": {"image": tag},
