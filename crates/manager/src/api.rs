@@ -469,6 +469,17 @@ async fn delete_group(
 // ---------------------------------------------------------------- group state
 
 /// The group as the cycle would see it now.
+/// A named image must be registered: its minimums decide what a session takes.
+fn known_image(s: &Snapshot, image: Option<&str>) -> Result<()> {
+    match image.filter(|i| !s.images.iter().any(|x| x.name == *i)) {
+        Some(image) => Err(ApiError::invalid(
+            "image",
+            format!("no image {image:?}; an admin registers it with `corral image put {image}`"),
+        )),
+        None => Ok(()),
+    }
+}
+
 async fn snapshot(app: &App, name: &str) -> Result<Snapshot> {
     let now = now();
     let mut snapshot = app.store.snapshot(name, now).await?;
@@ -531,16 +542,7 @@ async fn required(
     Body(b): Body<RequiredBody>,
 ) -> Result<Json<Value>> {
     let s = snapshot(&app, &name).await?;
-    if let Some(image) = b
-        .image
-        .as_deref()
-        .filter(|i| !s.images.iter().any(|x| x.name == *i))
-    {
-        return Err(ApiError::invalid(
-            "image",
-            format!("no image {image:?}; an admin registers it with `corral image put {image}`"),
-        ));
-    }
+    known_image(&s, b.image.as_deref())?;
     let required = s.required_for(&b.request, b.image.as_deref());
     let verdict = admit(&s, &required);
     Ok(Json(
@@ -732,16 +734,7 @@ async fn submit(
             app.control.views.remember(view, generation)
         }
     };
-    if let Some(image) = b
-        .image
-        .as_deref()
-        .filter(|i| !view.images.iter().any(|x| x.name == *i))
-    {
-        return Err(ApiError::invalid(
-            "image",
-            format!("no image {image:?}; an admin registers it with `corral image put {image}`"),
-        ));
-    }
+    known_image(&view, b.image.as_deref())?;
     let required = view.required_for(&b.request, b.image.as_deref());
     if let Err(reason) = admit(&view, &required) {
         return Err(ApiError::new(

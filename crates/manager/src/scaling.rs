@@ -357,7 +357,7 @@ impl Driver {
                                         &r.id,
                                         &[InstancePhase::Requested],
                                         InstancePhase::Provisioning,
-                                        Some(&i.id),
+                                        None,
                                         "launched",
                                         now,
                                     )
@@ -366,15 +366,7 @@ impl Driver {
                             }
                             None => {
                                 missing += 1;
-                                self.store
-                                    .move_instance(
-                                        &r.id,
-                                        &[InstancePhase::Requested],
-                                        InstancePhase::Failed,
-                                        None,
-                                        "the provider did not start it",
-                                        now,
-                                    )
+                                self.never_started(r, "the provider did not start it", now)
                                     .await?;
                             }
                         }
@@ -396,16 +388,7 @@ impl Driver {
                 }
                 Err(e) => {
                     for r in &rows {
-                        self.store
-                            .move_instance(
-                                &r.id,
-                                &[InstancePhase::Requested],
-                                InstancePhase::Failed,
-                                None,
-                                &e.to_string(),
-                                now,
-                            )
-                            .await?;
+                        self.never_started(r, &e.to_string(), now).await?;
                     }
                     let what = format!("launching {} × {template} failed ({e})", rows.len());
                     self.failure(
@@ -420,6 +403,25 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// A requested instance the provider did not start.
+    async fn never_started(
+        &self,
+        r: &InstanceRecord,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<bool, StoreError> {
+        self.store
+            .move_instance(
+                &r.id,
+                &[InstancePhase::Requested],
+                InstancePhase::Failed,
+                None,
+                reason,
+                now,
+            )
+            .await
     }
 
     /// A template failed: back it off, say so, and let the policy plan again without it.

@@ -176,28 +176,9 @@ where
 }
 
 // What /proc says of processes: the runtime crate reads it for sessions, the same way.
-pub(crate) use corral_runtime::procfs::{is_same_live_process, session_groups, stat as proc_stat};
-
-/// Sends `signal` to the process group `pgid`; a group that no longer exists is no error.
-pub(crate) fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
-    if pgid <= 1 {
-        // kill(0) and kill(-1) would signal our own group or every process.
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("refusing to signal process group {pgid}"),
-        ));
-    }
-    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-    if unsafe { libc::kill(-pgid, signal) } == 0 {
-        return Ok(());
-    }
-    let err = io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::ESRCH) {
-        Ok(())
-    } else {
-        Err(err)
-    }
-}
+pub(crate) use corral_runtime::procfs::{
+    is_same_live_process, session_groups, signal_group, stat as proc_stat,
+};
 
 /// How often a stopping session is looked at.
 const POLL: Duration = Duration::from_millis(50);

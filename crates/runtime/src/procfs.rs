@@ -74,7 +74,7 @@ pub(crate) fn group_members(pgid: i32) -> Vec<i32> {
 
 /// Sends `signal` to every process of the group `pgid`. A group that no longer exists is no
 /// error.
-pub(crate) fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
+pub fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
     if pgid <= 1 {
         // kill(0) and kill(-1) would signal the agent's own group or every process.
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "bad pgid"));
