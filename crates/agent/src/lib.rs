@@ -9,7 +9,8 @@ use std::time::Duration;
 
 pub mod metadata;
 
-use corral_core::protocol::*;
+use corral_api::protocol::*;
+use corral_api::{Client, ClientError};
 use corral_core::slots::{Quantity, SlotName};
 use corral_core::Slots;
 use corral_runtime::{Exit, Limits, Runtime, SessionSpec};
@@ -17,6 +18,25 @@ use tokio::sync::Notify;
 
 /// How often running sessions' new log bytes are sent.
 const LOG_PUMP: Duration = Duration::from_millis(500);
+/// Waits before joining again after the manager refused a sync: doubling, up to the cap.
+const FIRST_REJOIN_WAIT: Duration = Duration::from_millis(500);
+const MAX_REJOIN_WAIT: Duration = Duration::from_secs(60);
+/// Waits before trying again after the manager could not be reached.
+const FIRST_RETRY_WAIT: Duration = Duration::from_millis(200);
+const MAX_JOIN_RETRY_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits between tries, without end: doubling from `first` up to `cap`, each plus a random
+/// part of itself, so that agents cut off together (a manager restart) do not come back in step.
+fn backoff(first: Duration, cap: Duration) -> impl Iterator<Item = Duration> {
+    use backon::BackoffBuilder;
+    let waits = backon::ExponentialBuilder::new()
+        .with_jitter()
+        .with_min_delay(first)
+        .with_max_delay(cap)
+        .without_max_times()
+        .build();
+    waits.chain(std::iter::repeat(cap))
+}
 
 /// How the agent runs.
 #[derive(Debug, Clone)]
@@ -36,18 +56,16 @@ pub struct Config {
     pub nvidia_smi: PathBuf,
     /// How long a stopped session gets between SIGTERM and SIGKILL.
     pub stop_grace: Duration,
+    /// PEM certificates trusted for an `https://` manager, besides the system's roots.
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
-    #[error("the manager at {url} refused: {status}: {message}")]
-    Refused {
-        url: String,
-        status: u16,
-        message: String,
-    },
-    #[error("cannot reach the manager at {url}: {source}")]
-    Unreachable { url: String, source: reqwest::Error },
+    /// The manager refused the join (a wrong token or group will not fix itself), or the
+    /// client could not be built (a bad URL or CA file).
+    #[error(transparent)]
+    Api(#[from] ClientError),
     #[error("runtime: {0}")]
     Runtime(#[from] corral_runtime::RuntimeError),
     #[error("{0}")]
@@ -74,49 +92,6 @@ pub fn detected_capacity(nvidia_smi: &std::path::Path) -> Slots {
     Slots::from_pairs(pairs).expect("distinct names")
 }
 
-struct Client {
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Client {
-    async fn call<T: serde::de::DeserializeOwned>(
-        &self,
-        token: &str,
-        path: &str,
-        body: &impl serde::Serialize,
-    ) -> Result<T, AgentError> {
-        let url = format!("{}{path}", self.base);
-        let resp = self
-            .http
-            .post(&url)
-            .bearer_auth(token)
-            .json(body)
-            .send()
-            .await
-            .map_err(|source| AgentError::Unreachable {
-                url: url.clone(),
-                source,
-            })?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body: serde_json::Value = resp.json().await.unwrap_or_default();
-            let message = body["error"]["message"]
-                .as_str()
-                .unwrap_or("no message")
-                .to_string();
-            return Err(AgentError::Refused {
-                url,
-                status: status.as_u16(),
-                message,
-            });
-        }
-        resp.json()
-            .await
-            .map_err(|source| AgentError::Unreachable { url, source })
-    }
-}
-
 /// What ended since the last successful sync, and a bell rung when something ends.
 #[derive(Default)]
 struct Ended {
@@ -138,6 +113,13 @@ struct Agent {
     offsets: tokio::sync::Mutex<HashMap<(String, &'static str), u64>>,
 }
 
+impl Agent {
+    /// The client with the agent's current credential.
+    fn as_agent(&self) -> Client {
+        self.client.with_token(&lock(&self.token))
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -149,10 +131,7 @@ pub async fn run(
     runtime: Runtime,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), AgentError> {
-    let client = Client {
-        http: reqwest::Client::new(),
-        base: config.manager.trim_end_matches('/').to_string(),
-    };
+    let client = Client::new(&config.manager, &config.token, config.ca_file.as_deref())?;
     let agent = Arc::new(Agent {
         token: Mutex::new(config.token.clone()),
         config,
@@ -215,43 +194,33 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             }
         }
     }));
-    let mut backoff = Duration::from_millis(200);
+    let mut join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
+    let mut rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
     'join: loop {
         // Joining again (the manager forgot this agent) uses the agent's own token: a one-time
         // bootstrap token is spent; the bootstrap token is the fallback.
         let own = lock(&agent.token).clone();
-        let mut attempt = agent
-            .client
-            .call::<JoinResponse>(&own, "/api/v1/agents/join", &join)
-            .await;
+        let mut attempt = agent.client.with_token(&own).join(&join).await;
         if own != config.token
-            && matches!(
-                attempt,
-                Err(AgentError::Refused {
-                    status: 401 | 403,
-                    ..
-                })
-            )
+            && matches!(attempt, Err(ref e) if matches!(e.status(), Some(401 | 403)))
         {
-            attempt = agent
-                .client
-                .call(&config.token, "/api/v1/agents/join", &join)
-                .await;
+            attempt = agent.client.join(&join).await;
         }
         let joined = match attempt {
             Ok(j) => j,
-            Err(e @ AgentError::Refused { .. }) => return Err(e),
+            Err(e @ ClientError::Refused { .. }) => return Err(e.into()),
             Err(e) => {
                 tracing::warn!(error = %e, "join failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                tokio::time::sleep(join_retry.next().unwrap_or(MAX_JOIN_RETRY_WAIT)).await;
                 continue;
             }
         };
         tracing::info!(agent = config.id, group = config.group, "joined");
         *lock(&agent.token) = joined.token.clone();
+        join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
         let heartbeat = Duration::from_secs(joined.heartbeat_secs.max(1));
-        let sync_path = format!("/api/v1/agents/{}/sync", config.id);
+        let mut sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
+        let as_agent = agent.client.with_token(&joined.token);
         loop {
             // Made before the reports are read, so an end between the read and the sync still
             // rings it (a Notified future counts from its creation).
@@ -277,13 +246,14 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 },
             };
             let answer = tokio::select! {
-                a = agent.client.call::<SyncResponse>(&joined.token, &sync_path, &request) => a,
+                a = as_agent.sync(&config.id, &request) => a,
                 // Something ended while the sync waited: report it now.
                 () = bell => continue,
             };
             match answer {
                 Ok(resp) => {
-                    backoff = Duration::from_millis(200);
+                    sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
+                    rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
                     lock(&agent.ended.reports).retain(|r| !finished.contains(r));
                     for id in &resp.stop {
                         if let Err(e) = agent.runtime.stop(id, config.stop_grace).await {
@@ -294,21 +264,25 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                         start(&agent, assignment).await;
                     }
                 }
-                Err(AgentError::Refused {
+                Err(ClientError::Refused {
                     status: 401 | 403 | 404,
                     message,
                     ..
                 }) => {
+                    // Waited for, so that a manager that keeps refusing (an id it cannot
+                    // route, a revoked token) is not asked again at full speed.
+                    let wait = rejoin.next().unwrap_or(MAX_REJOIN_WAIT);
                     tracing::warn!(
                         message,
+                        wait_ms = wait.as_millis() as u64,
                         "the manager no longer knows this agent; joining again"
                     );
+                    tokio::time::sleep(wait).await;
                     continue 'join;
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "sync failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(heartbeat);
+                    tokio::time::sleep(sync_retry.next().unwrap_or(heartbeat)).await;
                 }
             }
         }
@@ -374,44 +348,9 @@ fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
     let agent = agent.clone();
     tokio::spawn(async move {
         let exit = agent.runtime.wait(&a.id).await;
-        let token = lock(&agent.token).clone();
-        if let Ok(files) = agent
-            .runtime
-            .collect_outputs(&spec_of(&a), &agent.config.work_root)
-            .await
-        {
-            let root = agent.config.work_root.join(&a.id).join("outputs");
-            for file in files {
-                let rel = file
-                    .strip_prefix(&root)
-                    .unwrap_or(&file)
-                    .to_string_lossy()
-                    .into_owned();
-                let url = format!(
-                    "{}/api/v1/agents/{}/sessions/{}/outputs/{rel}",
-                    agent.client.base, agent.config.id, a.id
-                );
-                let sent = match tokio::fs::read(&file).await {
-                    Ok(data) => agent
-                        .client
-                        .http
-                        .put(&url)
-                        .bearer_auth(&token)
-                        .body(data)
-                        .send()
-                        .await
-                        .and_then(|r| r.error_for_status())
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                if let Err(e) = sent {
-                    tracing::warn!(session = a.id, file = rel, error = e, "output not uploaded");
-                }
-            }
-        }
+        let outputs = upload_outputs(&agent, &a).await;
         flush_logs(&agent, &a.id).await;
-        let (state, exit_code, reason) = match exit {
+        let (mut state, exit_code, mut reason) = match exit {
             Ok(Exit::Code(0)) => (ReportedState::Succeeded, Some(0), None),
             Ok(Exit::Code(c)) => (ReportedState::Failed, Some(c), None),
             Ok(Exit::Signal(s)) => (
@@ -426,6 +365,24 @@ fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
                 Some(format!("lost track of it: {e}")),
             ),
         };
+        // Outputs the user asked for and did not get are part of how the session ended.
+        let ended = reason.clone().unwrap_or_else(|| match exit_code {
+            Some(code) => format!("exited with code {code}"),
+            None => "ended".into(),
+        });
+        match outputs {
+            Outputs::Saved => {}
+            Outputs::Missing(names) => {
+                reason = Some(format!(
+                    "{ended}; not saved (missing, or not a file or directory): {}",
+                    names.join(", ")
+                ));
+            }
+            Outputs::Failed(why) => {
+                state = ReportedState::Failed;
+                reason = Some(format!("{ended}, but its outputs were not saved: {why}"));
+            }
+        }
         lock(&agent.running).remove(&a.id);
         lock(&agent.ended.reports).push(SessionReport {
             id: a.id.clone(),
@@ -437,10 +394,83 @@ fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
     });
 }
 
+/// What became of a session's outputs.
+enum Outputs {
+    /// All of them are with the manager.
+    Saved,
+    /// Those not saved did not exist when the session ended.
+    Missing(Vec<String>),
+    /// Some could not be collected or uploaded: the reason.
+    Failed(String),
+}
+
+/// Collects the session's outputs (files and directory trees) and uploads every file in them.
+async fn upload_outputs(agent: &Agent, a: &Assignment) -> Outputs {
+    if a.outputs.is_empty() {
+        return Outputs::Saved;
+    }
+    let root = agent.config.work_root.join(&a.id).join("outputs");
+    let collected = match agent
+        .runtime
+        .collect_outputs(&spec_of(a), &agent.config.work_root)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => return Outputs::Failed(e.to_string()),
+    };
+    let client = agent.as_agent();
+    let mut failed = Vec::new();
+    let mut files = collected.clone();
+    while let Some(file) = files.pop() {
+        let rel = file
+            .strip_prefix(&root)
+            .unwrap_or(&file)
+            .to_string_lossy()
+            .into_owned();
+        if file.is_dir() {
+            match std::fs::read_dir(&file) {
+                Ok(entries) => files.extend(entries.flatten().map(|e| e.path())),
+                Err(e) => failed.push(format!("{rel}: {e}")),
+            }
+            continue;
+        }
+        let sent = match tokio::fs::read(&file).await {
+            Ok(data) => client
+                .put_output(&agent.config.id, &a.id, &rel, data)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = sent {
+            tracing::warn!(session = a.id, file = rel, error = e, "output not uploaded");
+            failed.push(format!("{rel}: {e}"));
+        }
+    }
+    if !failed.is_empty() {
+        return Outputs::Failed(failed.join("; "));
+    }
+    let missing: Vec<String> = a
+        .outputs
+        .iter()
+        .filter(|o| {
+            !collected.iter().any(|c| {
+                c.strip_prefix(&root)
+                    .is_ok_and(|r| r == std::path::Path::new(o))
+            })
+        })
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        Outputs::Saved
+    } else {
+        Outputs::Missing(missing)
+    }
+}
+
 /// Sends the bytes a session's logs gained since the last upload (1 MiB a stream at a time).
 async fn flush_logs(agent: &Agent, id: &str) {
     use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let token = lock(&agent.token).clone();
+    let client = agent.as_agent();
     let mut offsets = agent.offsets.lock().await;
     for stream in ["stdout", "stderr"] {
         let offset = offsets.entry((id.to_string(), stream)).or_insert(0);
@@ -459,28 +489,22 @@ async fn flush_logs(agent: &Agent, id: &str) {
         {
             continue;
         }
-        let url = format!(
-            "{}/api/v1/agents/{}/sessions/{id}/logs/{stream}?offset={}",
-            agent.client.base, agent.config.id, *offset
-        );
-        match agent
-            .client
-            .http
-            .post(&url)
-            .bearer_auth(&token)
-            .body(chunk.clone())
-            .send()
+        let len = chunk.len() as u64;
+        match client
+            .append_log(&agent.config.id, id, stream, *offset, chunk)
             .await
         {
-            Ok(r) if r.status().is_success() => *offset += chunk.len() as u64,
-            Ok(r) if r.status() == reqwest::StatusCode::CONFLICT => {
+            Ok(()) => *offset += len,
+            Err(ClientError::Refused {
+                status: 409,
+                details,
+                ..
+            }) => {
                 // The manager holds a different amount (a retry landed twice): go on from there.
-                let body: serde_json::Value = r.json().await.unwrap_or_default();
-                if let Some(size) = body["error"]["details"]["size"].as_u64() {
+                if let Some(size) = details["size"].as_u64() {
                     *offset = size;
                 }
             }
-            Ok(r) => tracing::debug!(session = id, status = %r.status(), "log upload refused"),
             Err(e) => tracing::debug!(session = id, error = %e, "log upload failed"),
         }
     }
@@ -488,30 +512,15 @@ async fn flush_logs(agent: &Agent, id: &str) {
 
 /// Downloads the session's inputs into its working directory before it starts.
 async fn fetch_inputs(agent: &Agent, a: &Assignment) -> Result<(), String> {
-    let token = lock(&agent.token).clone();
+    let client = agent.as_agent();
     let work = corral_runtime::SessionPaths::new(&agent.config.work_root, &a.id).work;
     for input in &a.inputs {
-        let rel = std::path::Path::new(input);
-        if !rel
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)))
-        {
-            return Err(format!("{input:?} leaves the working directory"));
-        }
-        let url = format!(
-            "{}/api/v1/agents/{}/sessions/{}/inputs/{input}",
-            agent.client.base, agent.config.id, a.id
-        );
-        let resp = agent
-            .client
-            .http
-            .get(&url)
-            .bearer_auth(&token)
-            .send()
+        let rel =
+            corral_core::paths::session_path(input).map_err(|why| format!("{input:?} {why}"))?;
+        let data = client
+            .get_input(&agent.config.id, &a.id, input)
             .await
-            .and_then(|r| r.error_for_status())
             .map_err(|e| format!("{input}: {e}"))?;
-        let data = resp.bytes().await.map_err(|e| format!("{input}: {e}"))?;
         let target = work.join(rel);
         if let Some(parent) = target.parent() {
             tokio::fs::create_dir_all(parent)
@@ -531,5 +540,26 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_double_up_to_the_cap_and_are_spread() {
+        let first = Duration::from_secs(1);
+        let cap = Duration::from_secs(8);
+        // Each wait is its step of the doubling plus a random part of that step.
+        let waits: Vec<Duration> = backoff(first, cap).take(6).collect();
+        for (wait, step) in waits.iter().zip([1, 2, 4, 8, 8, 8]) {
+            let step = Duration::from_secs(step);
+            assert!(*wait >= step && *wait <= step * 2, "{waits:?}");
+        }
+        // Agents refused together do not come back in step.
+        let firsts: std::collections::BTreeSet<Duration> =
+            (0..50).filter_map(|_| backoff(first, cap).next()).collect();
+        assert!(firsts.len() > 10, "{firsts:?}");
     }
 }

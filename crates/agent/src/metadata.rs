@@ -7,10 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-/// The label or tag naming the group.
-pub const GROUP_LABEL: &str = "corral.io/group";
-/// EC2 tag keys cannot hold '/' in instance metadata: the tag is `corral-group`.
-pub const GROUP_TAG: &str = "corral-group";
+use corral_api::identity::*;
 
 /// What a metadata source says; empty fields were not found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,9 +49,9 @@ pub fn from_pod_files(labels: &Path, annotations: &Path) -> Result<Found, Metada
     };
     Ok(Found {
         group: labels.get(GROUP_LABEL).cloned(),
-        id: labels.get("corral.io/agent").cloned(),
-        token: annotations.get("corral.io/bootstrap-token").cloned(),
-        manager: annotations.get("corral.io/server").cloned(),
+        id: labels.get(AGENT_LABEL).cloned(),
+        token: annotations.get(BOOTSTRAP_ANNOTATION).cloned(),
+        manager: annotations.get(SERVER_ANNOTATION).cloned(),
     })
 }
 
@@ -80,6 +77,7 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
         endpoint: endpoint.to_string(),
         message,
     };
+    corral_api::tls::install_crypto_provider();
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
@@ -94,7 +92,7 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
         .text()
         .await
         .map_err(|e| fail(e.to_string()))?;
-    let get = |path: &'static str| {
+    let get = |path: String| {
         let (http, token) = (http.clone(), token.clone());
         async move {
             let resp = http
@@ -113,7 +111,7 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
     let tag = |key: &'static str| {
         let get = &get;
         async move {
-            get(key)
+            get(format!("/latest/meta-data/tags/instance/{key}"))
                 .await
                 .map(|v| v.map(|v| v.trim().to_string()).filter(|v| !v.is_empty()))
         }
@@ -121,30 +119,22 @@ pub async fn from_imds(endpoint: &str) -> Result<Found, MetadataError> {
     // Tags first: an Auto Scaling group's instances get their agent id and token as tags
     // (their launch template's user data is the same for all); user data fills in the rest.
     let mut found = Found {
-        group: tag("/latest/meta-data/tags/instance/corral-group")
-            .await
-            .map_err(fail)?,
-        id: tag("/latest/meta-data/tags/instance/corral-agent")
-            .await
-            .map_err(fail)?,
-        token: tag("/latest/meta-data/tags/instance/corral-bootstrap-token")
-            .await
-            .map_err(fail)?,
-        manager: tag("/latest/meta-data/tags/instance/corral-server")
-            .await
-            .map_err(fail)?,
+        group: tag(GROUP_TAG).await.map_err(fail)?,
+        id: tag(AGENT_TAG).await.map_err(fail)?,
+        token: tag(TOKEN_TAG).await.map_err(fail)?,
+        manager: tag(SERVER_TAG).await.map_err(fail)?,
     };
-    if let Some(user_data) = get("/latest/user-data").await.map_err(fail)? {
+    if let Some(user_data) = get("/latest/user-data".into()).await.map_err(fail)? {
         for line in user_data.lines() {
             let Some((k, v)) = line.trim().trim_start_matches("export ").split_once('=') else {
                 continue;
             };
             let v = v.trim().trim_matches(|c| c == '"' || c == '\'').to_string();
             match k.trim() {
-                "CORRAL_SERVER" if found.manager.is_none() => found.manager = Some(v),
-                "CORRAL_TOKEN" if found.token.is_none() => found.token = Some(v),
-                "CORRAL_AGENT_GROUP" if found.group.is_none() => found.group = Some(v),
-                "CORRAL_AGENT_ID" if found.id.is_none() => found.id = Some(v),
+                ENV_SERVER if found.manager.is_none() => found.manager = Some(v),
+                ENV_TOKEN if found.token.is_none() => found.token = Some(v),
+                ENV_GROUP if found.group.is_none() => found.group = Some(v),
+                ENV_ID if found.id.is_none() => found.id = Some(v),
                 _ => {}
             }
         }

@@ -15,6 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use corral_api::protocol::{JoinRequest, SyncRequest};
+use corral_api::sessions::{NewSession, SessionView, Submitted};
+use corral_api::Client;
+use corral_core::{Agent, AgentState, SessionState, SessionType};
 use serde_json::{json, Value};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -52,44 +56,6 @@ pub async fn run(sessions: usize, agents: usize, window_secs: u64) -> Result<()>
             .context("case agent_heartbeat (simulated agents)")?;
     }
     Ok(())
-}
-
-/// The REST API as an admin.
-struct Api {
-    base: String,
-    token: String,
-    client: reqwest::Client,
-}
-
-impl Api {
-    async fn send(&self, req: reqwest::RequestBuilder, what: &str) -> Result<reqwest::Response> {
-        let resp = req.bearer_auth(&self.token).send().await?;
-        let status = resp.status();
-        if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
-            bail!("{what}: {status}: {body}");
-        }
-        Ok(resp)
-    }
-
-    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        let req = self.client.post(format!("{}{path}", self.base)).json(body);
-        Ok(self
-            .send(req, &format!("POST {path}"))
-            .await?
-            .json()
-            .await?)
-    }
-
-    async fn get(&self, path: &str) -> Result<Value> {
-        let req = self.client.get(format!("{}{path}", self.base));
-        Ok(self.send(req, &format!("GET {path}")).await?.json().await?)
-    }
-
-    async fn get_text(&self, path: &str) -> Result<String> {
-        let req = self.client.get(format!("{}{path}", self.base));
-        Ok(self.send(req, &format!("GET {path}")).await?.text().await?)
-    }
 }
 
 /// A task aborted when dropped, so an early return leaves nothing running.
@@ -139,14 +105,10 @@ async fn start_latency(count: usize) -> Result<()> {
     let token = std::fs::read_to_string(data_dir.join("admin.token"))?
         .trim()
         .to_string();
-    let api = Api {
-        base: base.clone(),
-        token: token.clone(),
-        client: reqwest::Client::new(),
-    };
-    api.post(
-        "/api/v1/groups",
-        &json!({"name": GROUP, "policy": {"kind": "fixed"}}),
+    let api = Client::new(&base, &token, None)?.with_timeout(Duration::from_secs(60));
+    api.post::<Value, _>(
+        &["groups"],
+        Some(&json!({"name": GROUP, "policy": {"kind": "fixed"}})),
     )
     .await?;
 
@@ -161,6 +123,7 @@ async fn start_latency(count: usize) -> Result<()> {
         work_root: dir.path().join("agent"),
         nvidia_smi: "nvidia-smi".into(),
         stop_grace: Duration::from_secs(1),
+        ca_file: None,
     };
     let runtime =
         corral_runtime::Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()));
@@ -172,17 +135,13 @@ async fn start_latency(count: usize) -> Result<()> {
     // Warm: joined, and idle in its long poll.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let resp = api
-            .client
-            .get(format!("{}/api/v1/agents/{agent_id}", api.base))
-            .bearer_auth(&api.token)
-            .send()
-            .await?;
-        if resp.status().is_success() {
-            let a: Value = resp.json().await?;
-            if a["state"] == "alive" {
-                break;
-            }
+        let agent_state = match api.get::<Agent, _>(&["agents", agent_id], &[]).await {
+            Ok(reply) => Some(reply.body()?.state),
+            Err(e) if e.status() == Some(404) => None,
+            Err(e) => return Err(e.into()),
+        };
+        if agent_state == Some(AgentState::Alive) {
+            break;
         }
         if agent.0.is_finished() {
             bail!("the agent stopped before joining");
@@ -194,58 +153,57 @@ async fn start_latency(count: usize) -> Result<()> {
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let body = json!({
-        "group": GROUP,
-        "type": "batch",
-        "command": ["sh", "-c", "date +%s%N"],
-        "request": "cpu=1",
-    });
+    let body = NewSession {
+        group: GROUP.into(),
+        kind: SessionType::Batch,
+        command: ["sh", "-c", "date +%s%N"].map(String::from).to_vec(),
+        request: "cpu=1".parse()?,
+        ..NewSession::default()
+    };
     let mut starts = Vec::with_capacity(count);
     let mut ends = Vec::with_capacity(count);
     let mut placed = Vec::with_capacity(count);
     for _ in 0..count {
         let submitted = epoch_nanos()?;
         let t0 = Instant::now();
-        let answer = api.post("/api/v1/sessions", &body).await?;
-        let id = answer["id"]
-            .as_str()
-            .context("submit answered without an id")?
-            .to_string();
+        let answer: Submitted = api.post(&["sessions"], Some(&body)).await?.body()?;
+        let id = answer.id;
         let view = loop {
-            let v = api.get(&format!("/api/v1/sessions/{id}")).await?;
-            match v["state"].as_str() {
-                Some("succeeded") => break v,
-                Some("pending" | "scheduled" | "running") => {}
-                other => bail!(
-                    "session {id} ended {}: {}",
-                    other.unwrap_or("?"),
-                    v["end_reason"]
+            let v: SessionView = api.get(&["sessions", &id], &[]).await?.body()?;
+            match v.session.state {
+                SessionState::Succeeded => break v,
+                state if state.is_terminal() => bail!(
+                    "session {id} ended {state:?}: {}",
+                    v.end_reason.unwrap_or_default()
                 ),
+                _ => {}
             }
             if t0.elapsed() > SESSION_DEADLINE {
                 bail!(
-                    "session {id} still {} {} s after submit",
-                    v["state"],
+                    "session {id} still {:?} {} s after submit",
+                    v.session.state,
                     SESSION_DEADLINE.as_secs()
                 );
             }
             tokio::time::sleep(POLL).await;
         };
         ends.push(t0.elapsed().as_secs_f64() * 1e3);
-        let out = api
-            .get_text(&format!("/api/v1/sessions/{id}/logs/stdout"))
-            .await?;
+        let out = String::from_utf8_lossy(
+            &api.get_bytes(&["sessions", &id, "logs", "stdout"], &[])
+                .await?,
+        )
+        .into_owned();
         let started: i128 = out
             .trim()
             .parse()
             .with_context(|| format!("session {id} printed {out:?}, not a time in ns"))?;
         starts.push((started - submitted) as f64 / 1e6);
         // When the manager placed it, on its own (ms) clock.
-        let scheduled = view["history"].as_array().and_then(|h| {
-            h.iter()
-                .find(|e| e["state"] == "scheduled")
-                .and_then(|e| e["at"].as_i64())
-        });
+        let scheduled = view
+            .history
+            .iter()
+            .find(|e| e.state == SessionState::Scheduled)
+            .map(|e| e.at.0);
         if let Some(at) = scheduled {
             placed.push(at as f64 - submitted as f64 / 1e6);
         }
@@ -379,8 +337,11 @@ impl SimStats {
 }
 
 /// One simulated agent: syncs with nothing to report, each answer held up to the heartbeat.
-async fn sim_agent(client: reqwest::Client, url: String, token: String, stats: Arc<SimStats>) {
-    let body = json!({"sessions": [], "wait_secs": HEARTBEAT.as_secs()});
+async fn sim_agent(client: Client, id: String, stats: Arc<SimStats>) {
+    let body = SyncRequest {
+        sessions: Vec::new(),
+        wait_secs: HEARTBEAT.as_secs(),
+    };
     let mut last: Option<Instant> = None;
     loop {
         let sent = Instant::now();
@@ -389,30 +350,14 @@ async fn sim_agent(client: reqwest::Client, url: String, token: String, stats: A
             stats.max_gap_ms.fetch_max(gap, Ordering::Relaxed);
         }
         last = Some(sent);
-        let result = client
-            .post(&url)
-            .bearer_auth(&token)
-            .json(&body)
-            .timeout(HEARTBEAT + Duration::from_secs(25))
-            .send()
-            .await;
-        let ok = match result {
-            Ok(resp) if resp.status().is_success() => resp.bytes().await.map_err(|e| e.to_string()),
-            Ok(resp) => Err(format!(
-                "{}: {}",
-                resp.status(),
-                resp.text().await.unwrap_or_default()
-            )),
-            Err(e) => Err(e.to_string()),
-        };
-        match ok {
+        match client.sync(&id, &body).await {
             Ok(_) => {
                 stats.syncs.fetch_add(1, Ordering::Relaxed);
                 let answer = sent.elapsed().as_millis() as u64;
                 stats.max_answer_ms.fetch_max(answer, Ordering::Relaxed);
             }
             Err(why) => {
-                stats.fail(format!("{url}: {why}"));
+                stats.fail(format!("{id}: {why}"));
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
@@ -420,18 +365,20 @@ async fn sim_agent(client: reqwest::Client, url: String, token: String, stats: A
 }
 
 /// Joins agent `sim-<i>` (retrying twice) and returns its own token.
-async fn join(api: &Api, i: usize) -> Result<String> {
-    let body = json!({"id": format!("sim-{i}"), "group": GROUP, "capacity": "cpu=1"});
+async fn join(api: &Client, i: usize) -> Result<String> {
+    let body = JoinRequest {
+        id: format!("sim-{i}"),
+        group: GROUP.into(),
+        capacity: "cpu=1".parse()?,
+        labels: BTreeMap::new(),
+    };
     let mut attempt = 0;
     loop {
-        match api.post("/api/v1/agents/join", &body).await {
-            Ok(answer) => {
-                return answer["token"]
-                    .as_str()
-                    .map(str::to_string)
-                    .context("join answered without a token")
+        match api.join(&body).await {
+            Ok(answer) => return Ok(answer.token),
+            Err(e) if attempt >= 2 => {
+                return Err(anyhow::Error::from(e).context(format!("joining sim-{i}")))
             }
-            Err(e) if attempt >= 2 => return Err(e.context(format!("joining sim-{i}"))),
             Err(_) => {
                 attempt += 1;
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -509,10 +456,7 @@ async fn heartbeats_with(
     window_secs: u64,
 ) -> Result<()> {
     let base = format!("http://{listen}");
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(usize::MAX)
-        .timeout(Duration::from_secs(60))
-        .build()?;
+    let client = Client::new(&base, "", None)?.with_timeout(Duration::from_secs(60));
 
     // Ready: the admin token written and the API answering.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -523,11 +467,10 @@ async fn heartbeats_with(
         if let Ok(t) = std::fs::read_to_string(data_dir.join("admin.token")) {
             let t = t.trim().to_string();
             let up = client
-                .get(format!("{base}/api/v1/groups"))
-                .bearer_auth(&t)
-                .send()
+                .with_token(&t)
+                .get::<Value, _>(&["groups"], &[])
                 .await
-                .is_ok_and(|r| r.status().is_success());
+                .is_ok();
             if up {
                 break t;
             }
@@ -537,14 +480,10 @@ async fn heartbeats_with(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    let api = Arc::new(Api {
-        base: base.clone(),
-        token,
-        client: client.clone(),
-    });
-    api.post(
-        "/api/v1/groups",
-        &json!({"name": GROUP, "policy": {"kind": "fixed"}}),
+    let api = Arc::new(client.with_token(&token));
+    api.post::<Value, _>(
+        &["groups"],
+        Some(&json!({"name": GROUP, "policy": {"kind": "fixed"}})),
     )
     .await?;
 
@@ -561,11 +500,13 @@ async fn heartbeats_with(
         }
         while let Some(joined) = batch.join_next().await {
             let (i, token) = joined??;
-            let url = format!("{base}/api/v1/agents/sim-{i}/sync");
+            // Each sync is held up to the heartbeat: its limit is above that.
+            let client = client
+                .with_token(&token)
+                .with_timeout(HEARTBEAT + Duration::from_secs(25));
             sims.push(AbortOnDrop(tokio::spawn(sim_agent(
-                client.clone(),
-                url,
-                token,
+                client,
+                format!("sim-{i}"),
                 stats.clone(),
             ))));
         }
@@ -603,17 +544,18 @@ async fn heartbeats_with(
     }
 
     // Nobody lost, as the manager sees it.
-    let list = api
-        .get(&format!("/api/v1/agents?group={GROUP}"))
+    let list: Vec<Agent> = api
+        .get(&["agents"], &[("group", Some(GROUP.to_string()))])
         .await
-        .context("listing the agents")?;
+        .context("listing the agents")?
+        .body()?;
     let mut states: BTreeMap<String, usize> = BTreeMap::new();
-    for a in list.as_array().context("the agent list is no list")? {
+    for a in &list {
         *states
-            .entry(a["state"].as_str().unwrap_or("?").to_string())
+            .entry(format!("{:?}", a.state).to_lowercase())
             .or_default() += 1;
     }
-    let alive = states.get("alive").copied().unwrap_or(0);
+    let alive = list.iter().filter(|a| a.state == AgentState::Alive).count();
     drop(sims);
 
     println!("agent_heartbeat_agents {agents} agents");

@@ -7,53 +7,39 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use corral_api::agents::RegisterAgent;
+use corral_api::sessions::NewSession;
+use corral_api::Client;
+use corral_core::SessionType;
 use serde_json::{json, Value};
 
 /// Agents the bench registers; their capacity never runs out during a run.
 const AGENTS: usize = 10;
 
 struct Target {
-    base: String,
-    token: String,
+    client: Client,
     group: String,
-    client: reqwest::Client,
+    /// What every session submits: a no-op that any agent holds.
+    session: NewSession,
 }
 
 impl Target {
-    async fn post(&self, path: &str, body: &Value) -> Result<Value> {
-        let resp = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await?;
-        let status = resp.status();
-        let body: Value = resp.json().await?;
-        if !status.is_success() {
-            bail!("POST {path}: {status}: {body}");
-        }
-        Ok(body)
+    async fn post(&self, path: &[&str], body: &impl serde::Serialize) -> Result<()> {
+        self.client.post::<Value, _>(path, Some(body)).await?;
+        Ok(())
     }
 
     async fn submit(&self) -> Result<()> {
-        let body = json!({"group": self.group, "type": "batch", "command": ["true"], "request": "cpu=1,mem=1GiB"});
-        self.post("/api/v1/sessions", &body).await.map(drop)
+        self.post(&["sessions"], &self.session).await
     }
 
     async fn pending(&self) -> Result<bool> {
-        let url = format!(
-            "{}/api/v1/sessions?group={}&state=pending&limit=1",
-            self.base, self.group
-        );
-        let list: Vec<Value> = self
-            .client
-            .get(url)
-            .bearer_auth(&self.token)
-            .send()
-            .await?
-            .json()
-            .await?;
+        let query = [
+            ("group", Some(self.group.clone())),
+            ("state", Some("pending".into())),
+            ("limit", Some("1".into())),
+        ];
+        let list: Vec<Value> = self.client.get(&["sessions"], &query).await?.body()?;
         Ok(!list.is_empty())
     }
 }
@@ -108,20 +94,31 @@ async fn case(
         .as_nanos();
     let group = format!("bench-{nanos:x}");
     let target = Arc::new(Target {
-        base,
-        token,
+        client: Client::new(&base, &token, None)?,
+        session: NewSession {
+            group: group.clone(),
+            kind: SessionType::Batch,
+            command: vec!["true".into()],
+            request: "cpu=1,mem=1GiB".parse()?,
+            ..NewSession::default()
+        },
         group,
-        client: reqwest::Client::new(),
     });
     target
         .post(
-            "/api/v1/groups",
+            &["groups"],
             &json!({"name": target.group, "policy": {"kind": "fixed"}}),
         )
         .await?;
     for i in 0..AGENTS {
-        let agent = json!({"id": format!("{}-a{i}", target.group), "group": target.group, "capacity": "cpu=1000000,mem=1000000GiB"});
-        target.post("/api/v1/agents", &agent).await?;
+        let agent = RegisterAgent {
+            id: format!("{}-a{i}", target.group),
+            group: target.group.clone(),
+            capacity: "cpu=1000000,mem=1000000GiB".parse()?,
+            labels: Default::default(),
+            template: None,
+        };
+        target.post(&["agents"], &agent).await?;
     }
 
     // Throughput: `concurrency` clients submit as fast as answers come; the clock stops when

@@ -5,7 +5,7 @@ mod agent;
 pub mod config;
 mod events;
 mod group;
-pub(crate) use group::{print_plan, Plan};
+pub(crate) use group::print_plan;
 mod http;
 mod image;
 mod render;
@@ -43,6 +43,16 @@ pub struct Conn {
         value_name = "TOKEN"
     )]
     pub token: Option<String>,
+    /// PEM certificates to trust for an https:// manager besides the system's roots
+    /// [default: `ca_file` in the config file].
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Connection",
+        env = "CORRAL_CA_FILE",
+        value_name = "FILE"
+    )]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl Conn {
@@ -50,6 +60,7 @@ impl Conn {
         Api::new(config::resolve(
             self.server.as_deref(),
             self.token.as_deref(),
+            self.ca_file.as_deref(),
         )?)
     }
 }
@@ -143,6 +154,13 @@ fn api_name<T: ValueEnum>(value: &T) -> String {
         .to_possible_value()
         .map(|v| v.get_name().replace('-', "_"))
         .unwrap_or_default()
+}
+
+/// A flag's value as the API type of the same spelling (`--type batch` is `SessionType::Batch`).
+fn api_value<T: serde::de::DeserializeOwned>(value: &impl ValueEnum) -> Result<T> {
+    let name = api_name(value);
+    serde_json::from_value(serde_json::Value::String(name.clone()))
+        .map_err(|e| anyhow::anyhow!("{name:?}: {e}"))
 }
 
 /// `K=V` of `--env` and `--label`.

@@ -105,7 +105,18 @@ pub async fn runtime_of(kind: RuntimeKind, agent: &str) -> Result<Runtime> {
 
 /// Runs the agent daemon until Ctrl-C. Flags and environment win; then the metadata source the
 /// operator named; then the client config file.
-pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>) -> Result<()> {
+pub fn run_agent(
+    args: AgentArgs,
+    server: Option<String>,
+    token: Option<String>,
+    ca_file: Option<PathBuf>,
+) -> Result<()> {
+    // Orphans of sessions (a `setsid` child whose parent exited) come back to this daemon,
+    // so the runtime can find, stop and reap them. Not in `corral dev`, whose process also
+    // hosts providers' agents, whose orphans its runtime could not tell apart.
+    if let Err(e) = corral_runtime::become_subreaper() {
+        tracing::warn!(error = %e, "cannot become a child subreaper; orphaned session processes are found less surely");
+    }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let found = match args.metadata {
         Metadata::None => corral_agent::metadata::Found::default(),
@@ -127,6 +138,7 @@ pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>)
     let resolved = crate::client::config::resolve(
         server.or(found.manager).as_deref(),
         token.or(found.token).as_deref(),
+        ca_file.as_deref(),
     )?;
     let (server, token) = (resolved.server, resolved.token);
     let capacity = args
@@ -152,6 +164,7 @@ pub fn run_agent(args: AgentArgs, server: Option<String>, token: Option<String>)
         work_root: args.work_dir,
         nvidia_smi: args.nvidia_smi,
         stop_grace: Duration::from_secs(10),
+        ca_file: resolved.ca_file,
     };
     crate::init_logs();
     rt.block_on(async {
@@ -239,6 +252,7 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             work_root: args.data_dir.join("agent"),
             nvidia_smi: "nvidia-smi".into(),
             stop_grace: Duration::from_secs(10),
+            ca_file: None,
         };
         let runtime = runtime_of(args.runtime, "dev-agent").await?;
         let mut agent = tokio::spawn(corral_agent::run(agent, runtime, std::future::pending()));
@@ -255,8 +269,10 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let path = write_client_config(&server, &token)?;
-        eprintln!("corral dev: manager at {server}, agent \"dev-agent\" in group {DEV_GROUP:?}");
-        eprintln!("client configuration written to {}; from another terminal: corral session run -- echo hello", path.display());
+        // Not eprintln!, which panics (and the daemon with it) when standard error is closed.
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "corral dev: manager at {server}, agent \"dev-agent\" in group {DEV_GROUP:?}");
+        let _ = writeln!(std::io::stderr(), "client configuration written to {}; from another terminal: corral session run -- echo hello", path.display());
         tokio::select! {
             r = &mut agent => r.context("the agent stopped")?.map_err(anyhow::Error::from)?,
             r = &mut serving => r.context("the manager stopped")??,
@@ -277,6 +293,7 @@ fn write_client_config(server: &str, token: &str) -> Result<PathBuf> {
         server: Some(server.into()),
         token: Some(token.into()),
         group: Some(DEV_GROUP.into()),
+        ca_file: None,
     };
     let text = toml::to_string(&config).context("writing the client configuration")?;
     write_private(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;

@@ -7,13 +7,14 @@ mod client;
 mod daemons;
 mod table;
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use corral_core::plan::{plan, Problem};
+use corral_manager::serve::Connections;
 
 #[derive(Parser)]
 #[command(
@@ -70,6 +71,48 @@ enum Command {
         /// http://<listen>, with 127.0.0.1 for 0.0.0.0].
         #[arg(long, env = "CORRAL_ADVERTISE_URL", value_name = "URL")]
         advertise_url: Option<String>,
+        /// Serve HTTPS with this certificate (PEM, the server's first, then its chain).
+        #[arg(
+            long,
+            env = "CORRAL_TLS_CERT",
+            value_name = "FILE",
+            requires = "tls_key"
+        )]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+        #[arg(
+            long,
+            env = "CORRAL_TLS_KEY",
+            value_name = "FILE",
+            requires = "tls_cert"
+        )]
+        tls_key: Option<PathBuf>,
+        /// Seconds a client may take to send a request head (and its TLS handshake).
+        #[arg(long, env = "CORRAL_HEADER_TIMEOUT_SECS", value_name = "S",
+              default_value_t = Connections::default().header_timeout.as_secs(),
+              value_parser = clap::value_parser!(u64).range(1..))]
+        header_timeout_secs: u64,
+        /// Seconds a kept-alive connection may stay silent between requests.
+        #[arg(long, env = "CORRAL_IDLE_TIMEOUT_SECS", value_name = "S",
+              default_value_t = Connections::default().idle_timeout.as_secs(),
+              value_parser = clap::value_parser!(u64).range(1..))]
+        idle_timeout_secs: u64,
+        /// Seconds a request body may stall (or a client leave a response unread); the clock
+        /// restarts with every chunk, so slow but steady uploads go on.
+        #[arg(long, env = "CORRAL_BODY_TIMEOUT_SECS", value_name = "S",
+              default_value_t = Connections::default().body_timeout.as_secs(),
+              value_parser = clap::value_parser!(u64).range(1..))]
+        body_timeout_secs: u64,
+        /// Connections served at once; more wait to be accepted [default: the open-file limit,
+        /// ulimit -n, less a quarter of it (256 to 1024)]. Each agent keeps one open.
+        #[arg(long, env = "CORRAL_MAX_CONNECTIONS", value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        max_connections: Option<u64>,
+        /// The key file that seals provider secrets in the database [default:
+        /// <data dir>/secrets.key, created at first start]. CORRAL_SECRETS_KEY (the key itself,
+        /// 32 bytes in base64) can stand in for it; managers sharing a database need one key.
+        #[arg(long, env = "CORRAL_SECRETS_KEY_FILE", value_name = "FILE")]
+        secrets_key_file: Option<PathBuf>,
     },
     /// Run a benchmark and print one `name value unit` line per case.
     Bench {
@@ -99,20 +142,38 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    // Die quietly when the reader of our output goes away (`corral plan f.json | head`), as
-    // command-line tools do, instead of panicking on a failed write.
+    let cli = Cli::parse();
+    // A short-lived command dies quietly when the reader of its output goes away (`corral plan
+    // f.json | head`), as command-line tools do, instead of panicking on a failed write. A
+    // daemon keeps SIGPIPE ignored (Rust's default): a log reader or a plugin that goes away
+    // must not kill it; its writes fail with EPIPE instead, which it survives.
     #[cfg(unix)]
-    // SAFETY: restoring the default disposition of one signal before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    if !is_daemon(&cli.command) {
+        // SAFETY: restoring the default disposition of one signal before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
     }
-    match run(Cli::parse()) {
+    // TLS (the AWS SDK, kube, https:// managers) uses ring, the one provider linked in.
+    corral_api::tls::install_crypto_provider();
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Not eprintln!, which panics when standard error is closed.
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The subcommands that run until stopped: `server`, `agent` and `dev`.
+fn is_daemon(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Server { .. }
+            | Command::Dev(_)
+            | Command::Client(client::Command::Agent { command: None, .. })
+    )
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -136,9 +197,11 @@ fn run(cli: Cli) -> Result<()> {
             let out = plan(&snapshot);
             match output {
                 Output::Json => println!("{}", serde_json::to_string_pretty(&out)?),
-                Output::Table => client::print_plan(&serde_json::from_value::<client::Plan>(
-                    serde_json::to_value(&out)?,
-                )?),
+                Output::Table => {
+                    client::print_plan(&serde_json::from_value::<corral_api::plan::PlanView>(
+                        serde_json::to_value(&out)?,
+                    )?)
+                }
             }
             Ok(())
         }
@@ -150,9 +213,36 @@ fn run(cli: Cli) -> Result<()> {
             heartbeat_secs,
             lost_after_secs,
             advertise_url,
+            tls_cert,
+            tls_key,
+            header_timeout_secs,
+            idle_timeout_secs,
+            body_timeout_secs,
+            max_connections,
+            secrets_key_file,
         } => {
             if lost_after_secs <= heartbeat_secs {
                 anyhow::bail!("--lost-after-secs ({lost_after_secs}) must be longer than --heartbeat-secs ({heartbeat_secs})");
+            }
+            // Not a flag: a key on the command line would show in `ps`.
+            let key = std::env::var("CORRAL_SECRETS_KEY")
+                .ok()
+                .filter(|k| !k.is_empty());
+            let secrets_key = match (key, secrets_key_file) {
+                (Some(_), Some(_)) => anyhow::bail!(
+                    "CORRAL_SECRETS_KEY and --secrets-key-file (CORRAL_SECRETS_KEY_FILE) both \
+                     give a secrets key: keep one"
+                ),
+                (Some(key), None) => corral_manager::secrets::KeySource::Value(key),
+                (None, Some(file)) => corral_manager::secrets::KeySource::File(file),
+                (None, None) => corral_manager::secrets::KeySource::DataDir,
+            };
+            // What the manager writes (the database, session logs and outputs, providers'
+            // files) is for its owner only, whatever umask it was started with.
+            #[cfg(unix)]
+            // SAFETY: umask only sets the process's file mode mask; it cannot fail.
+            unsafe {
+                libc::umask(0o077);
             }
             init_logs();
             let tick = std::time::Duration::try_from_secs_f64(tick_secs)
@@ -165,6 +255,17 @@ fn run(cli: Cli) -> Result<()> {
                 heartbeat: std::time::Duration::from_secs(heartbeat_secs.max(1)),
                 lost_after: std::time::Duration::from_secs(lost_after_secs),
                 advertise_url,
+                connections: Connections {
+                    header_timeout: std::time::Duration::from_secs(header_timeout_secs),
+                    idle_timeout: std::time::Duration::from_secs(idle_timeout_secs),
+                    body_timeout: std::time::Duration::from_secs(body_timeout_secs),
+                    max_connections: max_connections
+                        .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+                },
+                tls: tls_cert
+                    .zip(tls_key)
+                    .map(|(cert, key)| corral_manager::serve::TlsFiles { cert, key }),
+                secrets_key,
                 ..Default::default()
             };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -198,7 +299,7 @@ fn run(cli: Cli) -> Result<()> {
             conn,
             command: None,
             daemon,
-        }) => daemons::run_agent(daemon, conn.server, conn.token),
+        }) => daemons::run_agent(daemon, conn.server, conn.token, conn.ca_file),
         Command::Client(command) => client::run(command),
         Command::Dev(args) => daemons::run_dev(args),
     }
@@ -211,6 +312,9 @@ pub(crate) fn init_logs() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // A line that cannot be written (standard error closed) is dropped; reporting that
+        // would take eprintln!, which panics there.
+        .log_internal_errors(false)
         .init();
 }
 

@@ -5,42 +5,36 @@ mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
 fn start_dev(dir: &Path) -> Proc {
-    let port = free_port();
-    let child = Command::new(CORRAL)
-        .args(["dev", "--data-dir"])
-        .arg(dir.join("data"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--capacity",
-            "cpu=2,mem=2GiB",
-        ])
-        .env("CORRAL_CONFIG", dir.join("config.toml"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_healthy(port);
+    let data = dir.join("data");
+    let (dev, _) = start_manager(&data, &[], || {
+        let mut command = Command::new(CORRAL);
+        command
+            .args(["dev", "--data-dir"])
+            .arg(&data)
+            .args(["--capacity", "cpu=2,mem=2GiB"])
+            .env("CORRAL_CONFIG", dir.join("config.toml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    });
     // The client configuration is written once the manager listens.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !dir.join("config.toml").exists() {
-        assert!(
-            Instant::now() < deadline,
-            "corral dev wrote no client configuration"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Proc(child)
+    eventually(
+        "corral dev to write its client configuration",
+        Duration::from_secs(10),
+        || dir.join("config.toml").exists(),
+    );
+    dev
 }
 
 #[test]
 fn dev_runs_a_session_and_returns_its_output_and_exit_code() {
     let dir = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(dir.path());
     let _dev = start_dev(dir.path());
     let out = corral(
         dir.path(),
@@ -105,12 +99,15 @@ fn dev_runs_a_session_and_returns_its_output_and_exit_code() {
         ],
     );
     let id = text(&out.stdout).trim().to_string();
-    let started = Instant::now();
     let out = corral(dir.path(), &["session", "logs", &id, "-f"]);
+    // It followed past the sleep, and returned once the session had ended.
     assert_eq!(text(&out.stdout), "one\ntwo\n", "{}", text(&out.stderr));
-    assert!(
-        started.elapsed() >= Duration::from_millis(1500),
-        "-f returned before the session ended"
+    let shown = text(&corral(dir.path(), &["session", "get", &id, "-o", "json"]).stdout);
+    let state =
+        serde_json::from_str::<serde_json::Value>(&shown).unwrap_or_default()["state"].clone();
+    assert_eq!(
+        state, "succeeded",
+        "-f returned before the session ended: {shown}"
     );
 
     // Outputs come back through the API.
@@ -280,33 +277,30 @@ fn a_manager_restart_with_agents_connected_loses_no_running_session() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_runs_a_session_in_a_docker_container() {
-    if let Err(why) = corral_runtime::testing::docker_with_test_image("corral-cli-test").await {
-        eprintln!("skipping: {why}");
+    let image = corral_runtime::testing::docker_with_test_image("corral-cli-test").await;
+    if corral_testkit::require_ok("Docker with the test image", image).is_none() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let _dev = Proc(
-        Command::new(CORRAL)
+    let _leftovers = KillLeftovers::new(dir.path());
+    // The dev agent's containers that mount this test's directory, when the test ends.
+    let _containers =
+        corral_testkit::RemoveContainers::new("label=corral.agent=dev-agent").mounting(dir.path());
+    let data = dir.path().join("data");
+    let (_dev, _) = start_manager(&data, &[], || {
+        let mut command = Command::new(CORRAL);
+        command
             .args(["dev", "--runtime", "docker", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--capacity",
-                "cpu=2,mem=2GiB",
-            ])
+            .arg(&data)
+            .args(["--capacity", "cpu=2,mem=2GiB"])
             .env("CORRAL_CONFIG", dir.path().join("config.toml"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !dir.path().join("config.toml").exists() {
-        assert!(Instant::now() < deadline, "corral dev did not come up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            .stderr(Stdio::null());
+        command
+    });
+    eventually("corral dev to come up", Duration::from_secs(30), || {
+        dir.path().join("config.toml").exists()
+    });
     let image = corral_runtime::testing::TEST_IMAGE;
     let out = corral(dir.path(), &["image", "put", image]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -451,5 +445,122 @@ fn an_agent_joins_with_a_one_time_bootstrap_token() {
         text(&second.stderr).contains("used already or has expired"),
         "{}",
         text(&second.stderr)
+    );
+}
+
+/// Outputs arrive whole or the session says why: directory trees and names with `#` are
+/// uploaded; a link leading out of the working directory fails the session with the reason.
+#[test]
+fn outputs_are_uploaded_as_trees_and_lost_outputs_fail_the_session() {
+    let c = Cluster::start(10);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let _agent = c.agent("a1", "g", "cpu=1");
+    let ended = |id: &str| {
+        c.until(&format!("session {id} ends"), || {
+            let s = c.listed(id);
+            matches!(s["state"].as_str(), Some("succeeded" | "failed")).then_some(s)
+        })
+    };
+
+    let tree = c.submit(&[
+        "--group",
+        "g",
+        "--request",
+        "cpu=1",
+        "--output",
+        "results",
+        "--output",
+        "x#y.txt",
+        "--",
+        "sh",
+        "-c",
+        "mkdir -p results/sub && echo a > results/sub/a.txt && echo b > results/b.txt \
+         && echo h > 'x#y.txt'",
+    ]);
+    let s = ended(&tree);
+    assert_eq!(s["state"], "succeeded", "{s}");
+    let files = c.json(&["session", "outputs", &tree, "-o", "json"]);
+    let paths: Vec<&str> = files
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["results/b.txt", "results/sub/a.txt", "x#y.txt"]);
+
+    let escaping = c.submit(&[
+        "--group",
+        "g",
+        "--request",
+        "cpu=1",
+        "--output",
+        "ok.txt",
+        "--output",
+        "link",
+        "--",
+        "sh",
+        "-c",
+        "echo ok > ok.txt && ln -s /etc/passwd link",
+    ]);
+    let s = ended(&escaping);
+    assert_eq!(s["state"], "failed", "{s}");
+    let reason = s["end_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("exited with code 0, but its outputs were not saved:")
+            && reason.contains("link"),
+        "{reason}"
+    );
+
+    let missing = c.submit(&[
+        "--group",
+        "g",
+        "--request",
+        "cpu=1",
+        "--output",
+        "never.txt",
+        "--",
+        "true",
+    ]);
+    let s = ended(&missing);
+    assert_eq!(s["state"], "succeeded", "{s}");
+    assert!(
+        s["end_reason"].as_str().unwrap().contains("never.txt"),
+        "{s}"
+    );
+}
+
+/// An id that cannot be a URL segment is refused at the join, once, and the agent says why
+/// and stops, instead of joining again at full speed.
+#[test]
+fn an_agent_whose_id_cannot_be_a_path_is_refused_once_and_stops() {
+    let c = Cluster::start(10);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let out = Command::new(CORRAL)
+        .args([
+            "agent",
+            "--group",
+            "g",
+            "--id",
+            "x/y",
+            "--capacity",
+            "cpu=1",
+            "--work-dir",
+        ])
+        .arg(c.dir.path().join("agent"))
+        .env("CORRAL_SERVER", c.url())
+        .env("CORRAL_TOKEN", &c.token)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("\"x/y\" is not a valid name"), "{err}");
+    assert_eq!(
+        c.json(&["agent", "ls", "-o", "json"]),
+        serde_json::json!([])
+    );
+    let events = c.json(&["events", "-o", "json"]);
+    assert!(
+        !events.to_string().contains("joined"),
+        "nothing joined: {events}"
     );
 }

@@ -3,6 +3,7 @@
 //! the policy launches another, and moto never holds more than the group's maximum. Moto runs no
 //! machines, so the test boots each instance itself the way an image's start-up script would:
 //! it reads the instance's user data and starts `corral agent` with what it says.
+#![cfg(feature = "aws")]
 mod common;
 
 use std::collections::BTreeMap;

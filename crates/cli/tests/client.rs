@@ -1,20 +1,20 @@
 //! The client subcommands as a user runs them, against a real manager (`corral server` as a
 //! child process on a free port, with its own data directory).
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 use tempfile::TempDir;
 
-const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
+use common::{eventually, free_port, start_manager, Proc, CORRAL};
 
 /// A running manager; killed when dropped, whatever the test did.
 struct Manager {
-    child: Child,
+    _server: Proc,
     dir: TempDir,
     addr: String,
     admin: String,
@@ -22,56 +22,30 @@ struct Manager {
 
 impl Manager {
     fn start() -> Manager {
-        // Another process may take the port between our probe and the manager's bind: retry.
-        for _ in 0..5 {
-            let dir = tempfile::tempdir().unwrap();
-            let addr = free_addr();
+        let dir = tempfile::tempdir().unwrap();
+        let (server, port) = start_manager(dir.path(), &[], || {
             let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-            let child = Command::new(CORRAL)
+            let mut command = Command::new(CORRAL);
+            command
                 .args(["server", "--data-dir"])
                 .arg(dir.path())
-                .args(["--listen", &addr])
                 .env("RUST_LOG", "warn")
                 .env_remove("CORRAL_DATABASE_URL")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("corral server starts");
-            let mut manager = Manager {
-                child,
-                dir,
-                addr,
-                admin: String::new(),
-            };
-            if manager.wait_healthy() {
-                manager.admin = std::fs::read_to_string(manager.dir.path().join("admin.token"))
-                    .expect("the manager wrote admin.token")
-                    .trim()
-                    .to_string();
-                return manager;
-            }
+                .stderr(log);
+            command
+        });
+        let admin = std::fs::read_to_string(dir.path().join("admin.token"))
+            .expect("the manager wrote admin.token")
+            .trim()
+            .to_string();
+        Manager {
+            _server: server,
+            dir,
+            addr: format!("127.0.0.1:{port}"),
+            admin,
         }
-        panic!("the manager did not start in 5 attempts");
-    }
-
-    /// Polls `/api/v1/health`; false if the manager exited (say, the port was taken).
-    fn wait_healthy(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if self.child.try_wait().unwrap().is_some() {
-                return false;
-            }
-            if health_ok(&self.addr) {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        let log = std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default();
-        panic!(
-            "the manager at {} never became healthy; its log:\n{log}",
-            self.addr
-        );
     }
 
     fn url(&self) -> String {
@@ -91,31 +65,8 @@ impl Manager {
     }
 }
 
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn free_addr() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().to_string()
-}
-
-fn health_ok(addr: &str) -> bool {
-    let Ok(mut stream) = TcpStream::connect(addr) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request =
-        format!("GET /api/v1/health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.1 200")
+    format!("127.0.0.1:{}", free_port())
 }
 
 /// `corral` with no server, token or config from the person running the tests: the config file
@@ -176,23 +127,20 @@ impl Run {
     }
 }
 
-/// Polls `session get ID` until it is scheduled; the control loop places within ~100 ms.
+/// Waits for `session get ID` to say it is scheduled; the control loop places within ~100 ms.
 fn wait_scheduled(m: &Manager, id: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("session {id} to be placed");
+    eventually(&what, Duration::from_secs(10), || {
         let out = m.admin(&["session", "get", id]).ok().to_string();
-        if out
+        let placed = out
             .lines()
-            .any(|l| l.starts_with("state") && l.contains("scheduled"))
-        {
-            return out;
+            .any(|l| l.starts_with("state") && l.contains("scheduled"));
+        if placed {
+            Ok(out)
+        } else {
+            Err(format!("\n{out}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "session {id} was not placed in 10 s:\n{out}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 fn setup_group(m: &Manager) {
@@ -630,23 +578,16 @@ fn set_policy_changes_only_the_settings_given() {
     );
     // min_nodes 1 made the demand policy launch, which the static provider cannot: the
     // instance fails, saying why, and the template backs off.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let failed = loop {
+    let failed = eventually("a failed launch", Duration::from_secs(20), || {
         let all = m
             .admin(&["group", "instances", "g1", "--all", "-o", "json"])
             .json();
-        if let Some(f) = all["instances"]
+        all["instances"]
             .as_array()
             .and_then(|l| l.iter().find(|i| i["phase"] == "failed"))
-        {
-            break f.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no failed launch: {all}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+            .cloned()
+            .ok_or(all)
+    });
     assert!(
         failed["reason"]
             .as_str()

@@ -6,7 +6,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use corral_testkit::eventually_async;
 
 use serde_json::{json, Value};
 
@@ -39,12 +41,14 @@ impl Server {
             .spawn()
             .unwrap();
         let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while reqwest::get(format!("{base}/api/v1/health")).await.is_err() {
-            assert!(Instant::now() < deadline, "the manager did not come up");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Server { child, base }
+        let server = Server { child, base };
+        let health = format!("{}/api/v1/health", server.base);
+        let health = &health;
+        eventually_async("the manager to come up", Duration::from_secs(30), || {
+            reqwest::get(health)
+        })
+        .await;
+        server
     }
 }
 
@@ -72,6 +76,8 @@ async fn call(
 }
 
 async fn sigkill_under_load(database_url: Option<String>) {
+    // reqwest is built for rustls with ring: its clients need the provider installed.
+    corral_api::tls::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), database_url.as_deref()).await;
     let token = std::fs::read_to_string(dir.path().join("admin.token"))
@@ -137,9 +143,13 @@ async fn sigkill_under_load(database_url: Option<String>) {
         })
         .collect();
     // More sessions than capacity, so that some are pending, some placed, when the kill comes.
-    while acked.lock().unwrap().len() < AGENTS * CPUS_PER_AGENT + 40 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let enough = AGENTS * CPUS_PER_AGENT + 40;
+    eventually_async(
+        &format!("{enough} acknowledged sessions"),
+        Duration::from_secs(60),
+        || std::future::ready(acked.lock().unwrap().len() >= enough),
+    )
+    .await;
     let mut server = server;
     server.child.kill().unwrap(); // SIGKILL
     server.child.wait().unwrap();
@@ -161,8 +171,9 @@ async fn sigkill_under_load(database_url: Option<String>) {
     };
     // Let the restarted manager finish placing what fits.
     let capacity = AGENTS * CPUS_PER_AGENT;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let sessions = loop {
+    let get = &get;
+    let what = "the restarted manager to place what fits";
+    let sessions = eventually_async(what, Duration::from_secs(30), || async move {
         let mut all = Vec::new();
         let mut after = String::new();
         loop {
@@ -175,11 +186,13 @@ async fn sigkill_under_load(database_url: Option<String>) {
             all.extend(page);
         }
         let placed = all.iter().filter(|s| s["state"] == "scheduled").count();
-        if placed == capacity.min(all.len()) || Instant::now() > deadline {
-            break all;
+        if placed == capacity.min(all.len()) {
+            Ok(all)
+        } else {
+            Err(format!("{placed} of {} placed", all.len()))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    })
+    .await;
 
     let by_id: HashMap<&str, &Value> = sessions
         .iter()
@@ -251,11 +264,8 @@ async fn sigkill_under_load_loses_nothing_acknowledged_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_loses_nothing_acknowledged_postgres() {
-    let Some(admin) = std::env::var("CORRAL_TEST_DATABASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-    else {
-        eprintln!("skipped: CORRAL_TEST_DATABASE_URL is not set");
+    // Skipped, saying so, without PostgreSQL; fails instead under CI=true.
+    let Some(admin) = corral_testkit::postgres_admin_url() else {
         return;
     };
     let url = corral_store::testing::fresh_database(&admin, "cli_sigkill")

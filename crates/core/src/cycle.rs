@@ -8,7 +8,7 @@ use crate::decisions::{
 };
 use crate::dense::{self, SlotIndex, Vector};
 use crate::model::{AgentState, Session};
-use crate::policy::{policy_for, ScaleInput};
+use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
 use crate::schedule::{self, FreeIndex, Outcome, Request};
 use crate::slots::Slots;
 use crate::snapshot::Snapshot;
@@ -21,48 +21,98 @@ use crate::snapshot::Snapshot;
 /// 3. schedule: place pending sessions, in sequencer order and under the head-of-line rule, on
 ///    agents that take sessions after the scaling decisions (never on one marked in this pass).
 pub fn cycle(s: &Snapshot) -> Decisions {
-    let pending: Vec<&Session> = s.pending().collect();
-    let required: Vec<Slots> = pending.iter().map(|p| s.required_shares(p)).collect();
-    let holding: Vec<(&Session, Slots)> = s
-        .sessions
-        .iter()
-        .filter(|x| x.state.holds_capacity())
-        .map(|x| (x, s.required_shares(x)))
-        .collect();
-    let index = SlotIndex::of(
-        s.agents
-            .iter()
-            .flat_map(|a| [&a.capacity, &a.allocated])
-            .chain(s.group.templates.iter().map(|t| &t.slots))
-            .chain(required.iter())
-            .chain(holding.iter().map(|(_, r)| r))
-            .chain([&s.group.policy.headroom]),
-    );
-
-    // Equivalence classes of identical required shares.
-    let mut class_of: HashMap<Vector, usize> = HashMap::new();
-    let mut class_needs: Vec<Vector> = Vec::new();
-    let classes: Vec<usize> = required
-        .iter()
-        .map(|r| {
-            let v = index.vector(r);
-            *class_of.entry(v.clone()).or_insert_with(|| {
-                class_needs.push(v);
-                class_needs.len() - 1
-            })
-        })
-        .collect();
-
-    // 1. Admit, once per class.
-    let admission = Admission::new(&index, standing_candidates(s).map(|c| index.vector(c)));
-    let verdicts: Vec<_> = class_needs
-        .iter()
-        .map(|n| admission.check(&index, n))
-        .collect();
+    let pass = Pass::of(s);
     let mut decisions = Decisions::default();
+    let queue = admit(s, &pass, &mut decisions);
+    let scaled = scale(s, &pass, &queue, &mut decisions);
+    schedule(s, &pass, &queue, scaled, &mut decisions);
+    decisions
+}
+
+/// What every step reads of the snapshot: the pending sessions, their required shares, and one
+/// slot index and one class per distinct request.
+struct Pass<'a> {
+    pending: Vec<&'a Session>,
+    /// Per pending session: its required shares.
+    required: Vec<Slots>,
+    /// Sessions holding capacity, with their required shares.
+    holding: Vec<(&'a Session, Slots)>,
+    index: SlotIndex,
+    /// Per pending session: its class (identical required shares).
+    classes: Vec<usize>,
+    /// Per class: its required shares.
+    class_needs: Vec<Vector>,
+}
+
+impl<'a> Pass<'a> {
+    fn of(s: &'a Snapshot) -> Self {
+        let pending: Vec<&Session> = s.pending().collect();
+        let required: Vec<Slots> = pending.iter().map(|p| s.required_shares(p)).collect();
+        let holding: Vec<(&Session, Slots)> = s
+            .sessions
+            .iter()
+            .filter(|x| x.state.holds_capacity())
+            .map(|x| (x, s.required_shares(x)))
+            .collect();
+        let index = SlotIndex::of(
+            s.agents
+                .iter()
+                .flat_map(|a| [&a.capacity, &a.allocated])
+                .chain(s.group.templates.iter().map(|t| &t.slots))
+                .chain(required.iter())
+                .chain(holding.iter().map(|(_, r)| r))
+                .chain([&s.group.policy.headroom]),
+        );
+
+        // Equivalence classes of identical required shares.
+        let mut class_of: HashMap<Vector, usize> = HashMap::new();
+        let mut class_needs: Vec<Vector> = Vec::new();
+        let classes: Vec<usize> = required
+            .iter()
+            .map(|r| {
+                let v = index.vector(r);
+                *class_of.entry(v.clone()).or_insert_with(|| {
+                    class_needs.push(v);
+                    class_needs.len() - 1
+                })
+            })
+            .collect();
+        Pass {
+            pending,
+            required,
+            holding,
+            index,
+            classes,
+            class_needs,
+        }
+    }
+}
+
+/// The admitted sessions, as the schedulers take them, and their queue order.
+struct Queue<'p> {
+    /// Per admitted session: its index among the pending ones.
+    admitted: Vec<usize>,
+    sessions: Vec<&'p Session>,
+    /// Per admitted session: its required shares.
+    needs: Vec<Vector>,
+    requests: Vec<Request<'p>>,
+    /// Indexes into `sessions`, in the sequencer's order.
+    order: Vec<usize>,
+}
+
+/// Step 1: rejects, with the reason, the pending sessions that no agent and no launchable template
+/// could ever hold (one check per class), and puts the others in the sequencer's order.
+fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'p> {
+    let index = &pass.index;
+    let admission = Admission::new(index, standing_candidates(s).map(|c| index.vector(c)));
+    let verdicts: Vec<_> = pass
+        .class_needs
+        .iter()
+        .map(|n| admission.check(index, n))
+        .collect();
     let mut admitted: Vec<usize> = Vec::new();
-    for (i, session) in pending.iter().enumerate() {
-        match &verdicts[classes[i]] {
+    for (i, session) in pass.pending.iter().enumerate() {
+        match &verdicts[pass.classes[i]] {
             Ok(()) => admitted.push(i),
             Err(reason) => decisions.rejections.push(Rejection {
                 session: session.id.clone(),
@@ -70,24 +120,35 @@ pub fn cycle(s: &Snapshot) -> Decisions {
             }),
         }
     }
-    let sessions: Vec<&Session> = admitted.iter().map(|&i| pending[i]).collect();
+    let sessions: Vec<&Session> = admitted.iter().map(|&i| pass.pending[i]).collect();
     let needs: Vec<Vector> = admitted
         .iter()
-        .map(|&i| class_needs[classes[i]].clone())
+        .map(|&i| pass.class_needs[pass.classes[i]].clone())
         .collect();
+    let order = queue_order(s, pass, &sessions, &needs);
     let requests: Vec<Request> = admitted
         .iter()
-        .zip(&needs)
-        .map(|(&i, need)| Request {
-            need,
-            class: classes[i],
-            blocked_passes: pending[i].blocked_passes,
+        .map(|&i| Request {
+            need: &pass.class_needs[pass.classes[i]],
+            class: pass.classes[i],
+            blocked_passes: pass.pending[i].blocked_passes,
         })
         .collect();
+    Queue {
+        admitted,
+        sessions,
+        needs,
+        requests,
+        order,
+    }
+}
 
-    // Queue order (DRF counts what each owner holds against the group's capacity).
+/// The sequencer's order of the admitted sessions (DRF counts what each owner holds against the
+/// group's capacity).
+fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[Vector]) -> Vec<usize> {
+    let index = &pass.index;
     let mut usage: BTreeMap<&str, Vector> = BTreeMap::new();
-    for (x, r) in &holding {
+    for (x, r) in &pass.holding {
         let u = usage
             .entry(x.owner.as_str())
             .or_insert_with(|| vec![0; index.len()].into_boxed_slice());
@@ -101,10 +162,27 @@ pub fn cycle(s: &Snapshot) -> Decisions {
     {
         dense::add(&mut total, &index.vector(&a.capacity));
     }
-    let config = &s.group.scheduler;
-    let order = schedule::sequence(config.sequencer, &sessions, &needs, &usage, &total);
+    schedule::sequence(s.group.scheduler.sequencer, sessions, needs, &usage, &total)
+}
 
-    // 2. Scale against what a trial placement (no head-of-line hold) leaves unmet.
+/// What step 2 leaves to step 3: the trial placement and the scaling plan made on it.
+struct Scaled {
+    /// Per agent: free capacity before this pass.
+    free: Vec<Vector>,
+    /// Per agent: takes sessions before this pass's scaling decisions.
+    open: Vec<bool>,
+    /// Per admitted session: where the trial placed it.
+    trial: Vec<Outcome>,
+    /// Admitted sessions the trial found no room for, in queue order.
+    unmet: Vec<usize>,
+    plan: ScalePlan,
+}
+
+/// Step 2: places the queue on the agents that take sessions now, without holding the queue
+/// behind a blocked session, and has the group's policy plan launches, unmarks, marks and
+/// terminations against what that leaves unmet.
+fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) -> Scaled {
+    let index = &pass.index;
     let free: Vec<Vector> = s
         .agents
         .iter()
@@ -121,100 +199,125 @@ pub fn cycle(s: &Snapshot) -> Decisions {
         .iter()
         .map(|a| a.state == AgentState::Alive)
         .collect();
-    let mut trial = FreeIndex::new(index.len(), free.clone(), open.clone());
-    let trial_out = schedule::place(
-        config,
-        &requests,
-        &order,
-        class_needs.len(),
-        &mut trial,
+    let mut placing = FreeIndex::new(index.len(), free.clone(), open.clone());
+    let trial = schedule::place(
+        &s.group.scheduler,
+        &queue.requests,
+        &queue.order,
+        pass.class_needs.len(),
+        &mut placing,
         false,
     );
     let mut used = vec![false; s.agents.len()];
-    for o in &trial_out {
+    for o in &trial {
         if let Outcome::Placed { agent } = o {
             used[*agent] = true;
         }
     }
-    let unmet_items: Vec<usize> = order
+    let unmet: Vec<usize> = queue
+        .order
         .iter()
         .copied()
-        .filter(|&k| trial_out[k] == Outcome::NoRoom)
+        .filter(|&k| trial[k] == Outcome::NoRoom)
         .collect();
-    let unmet: Vec<(&[u64], usize)> = unmet_items
+    let unmet_needs: Vec<(&[u64], usize)> = unmet
         .iter()
-        .map(|&k| (&*needs[k], requests[k].class))
+        .map(|&k| (&*queue.needs[k], queue.requests[k].class))
         .collect();
-    let trial_free: Vec<Vector> = (0..s.agents.len()).map(|a| trial.free(a).into()).collect();
+    let trial_free: Vec<Vector> = (0..s.agents.len())
+        .map(|a| placing.free(a).into())
+        .collect();
     let plan = policy_for(s.group.policy.kind).plan(&ScaleInput {
         snapshot: s,
-        index: &index,
+        index,
         free: &trial_free,
         used: &used,
-        unmet: &unmet,
-        classes: class_needs.len(),
+        unmet: &unmet_needs,
+        classes: pass.class_needs.len(),
     });
-    let agent_decision = |(a, reason): &(usize, String)| AgentDecision {
-        agent: s.agents[*a].id.clone(),
-        reason: reason.clone(),
+    write_scaling(s, index, &plan, decisions);
+    Scaled {
+        free,
+        open,
+        trial,
+        unmet,
+        plan,
+    }
+}
+
+/// The plan's launches, marks, unmarks, terminations and scale-out demand, by name.
+fn write_scaling(s: &Snapshot, index: &SlotIndex, plan: &ScalePlan, decisions: &mut Decisions) {
+    let agent_decision = |action: &AgentAction| AgentDecision {
+        agent: s.agents[action.agent].id.clone(),
+        reason: action.reason.clone(),
     };
     decisions.launches = plan
         .launches
         .iter()
-        .map(|(t, count, reason)| Launch {
-            template: s.group.templates[*t].name.clone(),
-            count: *count,
-            reason: reason.clone(),
+        .map(|l| Launch {
+            template: s.group.templates[l.template].name.clone(),
+            count: l.count,
+            reason: l.reason.clone(),
         })
         .collect();
     decisions.marks = plan.marks.iter().map(agent_decision).collect();
     decisions.unmarks = plan.unmarks.iter().map(agent_decision).collect();
     decisions.terminations = plan.terminations.iter().map(agent_decision).collect();
     decisions.scale_out_demand = index.slots(&plan.scale_out_demand);
+}
 
-    // 3. Schedule on the agents that take sessions once the scaling decisions apply. When
-    //    nothing was unmarked and no blocked session holds the queue, the trial placement is the
-    //    answer: agents marked now received nothing in it, so closing them changes no choice.
+/// Step 3: places the queue on the agents that take sessions once the scaling decisions apply,
+/// under the head-of-line rule; sessions left waiting get the reason the plan gave them.
+fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions: &mut Decisions) {
+    let Scaled {
+        free,
+        mut open,
+        trial,
+        unmet,
+        plan,
+    } = scaled;
+    let config = &s.group.scheduler;
+    // When nothing was unmarked and no blocked session holds the queue, the trial placement is
+    // the answer: agents marked now received nothing in it, so closing them changes no choice.
     let trial_stands = plan.unmarks.is_empty()
-        && unmet_items
+        && unmet
             .iter()
-            .all(|&k| !config.holds_queue(requests[k].blocked_passes));
+            .all(|&k| !config.holds_queue(queue.requests[k].blocked_passes));
     let outcomes = if trial_stands {
-        trial_out
+        trial
     } else {
-        let mut open = open;
-        for &(a, _) in &plan.marks {
-            open[a] = false;
+        for m in &plan.marks {
+            open[m.agent] = false;
         }
-        for &(a, _) in &plan.unmarks {
-            open[a] = true;
+        for u in &plan.unmarks {
+            open[u.agent] = true;
         }
-        let mut placing = FreeIndex::new(index.len(), free, open);
+        let mut placing = FreeIndex::new(pass.index.len(), free, open);
         schedule::place(
             config,
-            &requests,
-            &order,
-            class_needs.len(),
+            &queue.requests,
+            &queue.order,
+            pass.class_needs.len(),
             &mut placing,
             true,
         )
     };
-    let mut planned_wait: Vec<Option<&WaitReason>> = vec![None; sessions.len()];
-    for (k, w) in unmet_items.iter().zip(&plan.waits) {
+    let mut planned_wait: Vec<Option<&WaitReason>> = vec![None; queue.sessions.len()];
+    for (k, w) in unmet.iter().zip(&plan.waits) {
         planned_wait[*k] = w.as_ref();
     }
-    for &k in &order {
-        let session = sessions[k];
+    for &k in &queue.order {
+        let session = queue.sessions[k];
         match outcomes[k] {
             Outcome::Placed { agent } => decisions.placements.push(Placement {
                 session: session.id.clone(),
                 agent: s.agents[agent].id.clone(),
-                slots: required[admitted[k]].clone(),
+                slots: pass.required[queue.admitted[k]].clone(),
             }),
             Outcome::HeldBehind { blocker } => decisions.waiting.push(Waiting {
                 session: session.id.clone(),
                 reason: WaitReason::HeldBehind {
-                    session: sessions[blocker].id.clone(),
+                    session: queue.sessions[blocker].id.clone(),
                 },
             }),
             Outcome::NoRoom => decisions.waiting.push(Waiting {
@@ -225,5 +328,4 @@ pub fn cycle(s: &Snapshot) -> Decisions {
             }),
         }
     }
-    decisions
 }

@@ -10,24 +10,33 @@ use crate::model::Timestamp;
 
 /// How a group's provider is driven: backoff, launch budget, provisioning timeout, reconciliation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields, default)]
 pub struct LaunchSettings {
     /// Backoff after a template's first failure; doubles with each further one.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub backoff_initial_secs: u64,
     /// Longest backoff (and the backoff after a fatal error).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub backoff_max_secs: u64,
     /// Most instances of one template asked for per budget window.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub budget: u32,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub budget_window_secs: u64,
     /// An instance that has not joined this long after its launch is terminated and counted as
     /// a failure of its template.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub max_provisioning_secs: u64,
     /// An instance carrying the group's tag that the manager does not know is terminated once
     /// it has been seen this long.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub orphan_grace_secs: u64,
     /// How often the provider's list is compared with what the manager knows.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub reconcile_secs: u64,
     /// Longest one provider call may take before it counts as a transient failure.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_536_000))]
     pub call_timeout_secs: u64,
 }
 
@@ -90,6 +99,7 @@ impl LaunchSettings {
 
 /// How many instances of a template the policy may ask for now, and why no more.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LaunchLimit {
     pub allowed: u32,
     pub reason: String,

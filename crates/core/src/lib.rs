@@ -7,13 +7,18 @@ pub mod decisions;
 pub mod dense;
 pub mod governor;
 pub mod model;
+#[cfg(feature = "openapi")]
+pub mod openapi;
+pub mod paths;
 pub mod plan;
 pub mod planner;
 pub mod policy;
-pub mod protocol;
 pub mod schedule;
 pub mod slots;
 pub mod snapshot;
+/// Seeded synthetic workloads: for benchmarks (`corral bench`, which enables the feature) and
+/// tests, not the manager.
+#[cfg(any(test, feature = "testing"))]
 pub mod workload;
 
 pub use cycle::cycle;

@@ -11,6 +11,7 @@ use crate::slots::Slots;
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct Timestamp(pub i64);
 
@@ -27,6 +28,7 @@ macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         #[serde(transparent)]
         pub struct $name(pub String);
 
@@ -54,6 +56,7 @@ id_type!(
 );
 
 /// How a group scales: the logic half of its scaling driver.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
@@ -65,6 +68,7 @@ pub enum PolicyKind {
 }
 
 /// A group's scaling policy. Fields not given take these defaults.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ScalingPolicy {
@@ -88,6 +92,7 @@ pub struct ScalingPolicy {
 }
 
 /// When the group ends running sessions: interactive ones left idle, and any past a lifetime.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Termination {
@@ -96,6 +101,9 @@ pub struct Termination {
     pub idle_timeout_secs: u64,
     /// Any running session is ended after this long, whatever its type.
     pub max_lifetime_secs: Option<u64>,
+    /// A session placed on an agent whose inputs have not all been uploaded this long after
+    /// its placement fails, so it stops holding the capacity it was given.
+    pub input_wait_secs: u64,
 }
 
 impl Default for Termination {
@@ -104,10 +112,12 @@ impl Default for Termination {
             mode: TerminationMode::Persistent,
             idle_timeout_secs: 3600,
             max_lifetime_secs: None,
+            input_wait_secs: 900,
         }
     }
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TerminationMode {
@@ -138,9 +148,15 @@ impl Termination {
         (idle && active.plus_secs(self.idle_timeout_secs) <= now)
             .then(|| format!("idle for {} s", self.idle_timeout_secs))
     }
+
+    /// Whether a session placed at `placed` whose inputs are still missing has waited too long.
+    pub fn inputs_overdue(&self, placed: Timestamp, now: Timestamp) -> bool {
+        placed.plus_secs(self.input_wait_secs) <= now
+    }
 }
 
 /// What becomes of the sessions of a lost agent.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnAgentLost {
@@ -168,6 +184,7 @@ impl Default for ScalingPolicy {
 }
 
 /// The order in which pending sessions are considered.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Sequencer {
@@ -183,6 +200,7 @@ pub enum Sequencer {
 }
 
 /// Where a session goes among the agents it fits on.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PlacementStrategy {
@@ -194,6 +212,7 @@ pub enum PlacementStrategy {
 }
 
 /// What a blocked session at the head of the queue does to those behind it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HeadOfLine {
@@ -204,6 +223,7 @@ pub enum HeadOfLine {
     Backfill,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SchedulerConfig {
@@ -226,13 +246,16 @@ impl SchedulerConfig {
 }
 
 /// What a scaling driver can launch.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceTemplate {
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Name))]
     pub name: String,
     pub slots: Slots,
     /// Price per hour, in the operator's currency.
     #[serde(alias = "price", default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 0))]
     pub price_per_hour: f64,
     /// Most instances of this template at once.
     #[serde(default)]
@@ -242,6 +265,7 @@ pub struct InstanceTemplate {
 }
 
 /// A named pool of agents, its policy, its templates and its scheduler.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScalingGroup {
     pub name: String,
@@ -250,6 +274,7 @@ pub struct ScalingGroup {
     pub templates: Vec<InstanceTemplate>,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentState {
@@ -263,6 +288,7 @@ pub enum AgentState {
     Terminated,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Agent {
@@ -303,6 +329,7 @@ impl Agent {
     }
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionType {
@@ -311,6 +338,7 @@ pub enum SessionType {
     Batch,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
@@ -330,8 +358,17 @@ impl SessionState {
     pub fn holds_capacity(self) -> bool {
         matches!(self, SessionState::Scheduled | SessionState::Running)
     }
+
+    /// Ended: it will not change again.
+    pub fn is_terminal(self) -> bool {
+        !matches!(
+            self,
+            SessionState::Pending | SessionState::Scheduled | SessionState::Running
+        )
+    }
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Session {
@@ -361,6 +398,7 @@ pub struct Session {
 }
 
 /// A container image and the least it needs to run.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Image {
@@ -389,6 +427,7 @@ mod tests {
             mode: TerminationMode::Idle,
             idle_timeout_secs: 60,
             max_lifetime_secs: Some(3600),
+            ..Termination::default()
         };
         let t = |s: i64| Timestamp(s * 1000);
         assert_eq!(

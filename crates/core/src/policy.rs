@@ -4,8 +4,8 @@ use std::collections::HashSet;
 
 use crate::decisions::{NoLaunch, WaitReason};
 use crate::dense::{self, fits, SlotIndex, Vector};
-use crate::model::{AgentState, PlacementStrategy, PolicyKind};
-use crate::planner::{self, DemandClass, Offer};
+use crate::model::{AgentState, PlacementStrategy, PolicyKind, Timestamp};
+use crate::planner::{self, DemandClass, Offer, Pack};
 use crate::schedule::FreeIndex;
 use crate::snapshot::Snapshot;
 
@@ -27,14 +27,40 @@ pub struct ScaleInput<'a> {
 /// `snapshot.group.templates`.
 #[derive(Debug, Default)]
 pub struct ScalePlan {
-    pub launches: Vec<(usize, u32, String)>,
-    pub marks: Vec<(usize, String)>,
-    pub unmarks: Vec<(usize, String)>,
-    pub terminations: Vec<(usize, String)>,
+    pub launches: Vec<PlannedLaunch>,
+    pub marks: Vec<AgentAction>,
+    pub unmarks: Vec<AgentAction>,
+    pub terminations: Vec<AgentAction>,
     /// Per unmet session (as in `ScaleInput::unmet`): `None` if an unmarked agent holds it now.
     pub waits: Vec<Option<WaitReason>>,
     /// The demand handed to the launch planner, plus the headroom deficit.
     pub scale_out_demand: Vector,
+}
+
+/// Instances of one template to launch, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedLaunch {
+    /// Index into `snapshot.group.templates`.
+    pub template: usize,
+    pub count: u32,
+    pub reason: String,
+}
+
+/// Something done to one agent (mark, unmark, terminate), and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentAction {
+    /// Index into `snapshot.agents`.
+    pub agent: usize,
+    pub reason: String,
+}
+
+impl AgentAction {
+    fn new(agent: usize, reason: impl Into<String>) -> Self {
+        AgentAction {
+            agent,
+            reason: reason.into(),
+        }
+    }
 }
 
 /// A scaling policy.
@@ -74,283 +100,478 @@ pub struct Demand;
 
 impl ScalingLogic for Demand {
     fn plan(&self, input: &ScaleInput) -> ScalePlan {
-        let s = input.snapshot;
-        let policy = &s.group.policy;
-        let templates = &s.group.templates;
-        let dims = input.index.len();
         let mut plan = ScalePlan {
             waits: vec![None; input.unmet.len()],
-            scale_out_demand: vec![0; dims].into_boxed_slice(),
+            scale_out_demand: vec![0; input.index.len()].into_boxed_slice(),
             ..ScalePlan::default()
         };
-        let template_slots: Vec<Vector> = templates
+        let template_slots: Vec<Vector> = input
+            .snapshot
+            .group
+            .templates
             .iter()
             .map(|t| input.index.vector(&t.slots))
             .collect();
-        let template_of = |name: &str| templates.iter().position(|t| t.name == name);
 
         // 1. Instances already launching are capacity: demand that fits them waits for them.
-        let mut bins: Vec<Vector> = Vec::new();
-        let mut bin_template: Vec<usize> = Vec::new();
-        for f in &s.in_flight {
-            if let Some(t) = template_of(&f.template) {
-                for _ in 0..f.count.min(policy.max_nodes) {
-                    bins.push(template_slots[t].clone());
-                    bin_template.push(t);
-                }
-            }
-        }
-        let mut launching = FreeIndex::new(dims, bins, vec![true; bin_template.len()]);
-        let mut rest = Vec::new();
-        for (k, &(need, _)) in input.unmet.iter().enumerate() {
-            match launching.find(need, PlacementStrategy::Binpack) {
-                Some(b) => {
-                    launching.take(b, need);
-                    plan.waits[k] = Some(WaitReason::InFlight {
-                        template: templates[bin_template[b]].name.clone(),
-                    });
-                }
-                None => rest.push(k),
-            }
-        }
-
+        let (launching, mut rest) = wait_for_in_flight(input, &template_slots, &mut plan.waits);
         // 2. Marked agents that demand returns to are unmarked before anything new is launched.
-        let reusable: Vec<bool> = s
-            .agents
-            .iter()
-            .map(|a| a.state == AgentState::Marked && !a.drained_by_hand)
+        let mut reuse = unmark_for_demand(input, &mut rest);
+        // Headroom: free capacity of agents taking sessions and of instances on their way,
+        //    topped up by unmarking more marked agents.
+        let mut headroom = keep_headroom(input, &launching, &mut reuse);
+        plan.unmarks = (0..reuse.unmarked.len())
+            .filter(|&a| reuse.unmarked[a])
+            .map(|a| AgentAction::new(a, "demand returned to it"))
             .collect();
-        let mut marked = FreeIndex::new(dims, input.free.to_vec(), reusable.clone());
-        let mut unmarked = vec![false; s.agents.len()];
-        rest.retain(|&k| {
-            let need = input.unmet[k].0;
-            match marked.find(need, PlacementStrategy::Binpack) {
-                Some(a) => {
-                    marked.take(a, need);
-                    unmarked[a] = true;
-                    false
-                }
-                None => true,
-            }
-        });
-
-        // Headroom: free capacity of agents taking sessions, and of instances on their way.
-        let mut free_now = vec![0u64; dims];
-        for (a, agent) in s.agents.iter().enumerate() {
-            if agent.state == AgentState::Alive || unmarked[a] {
-                dense::add(&mut free_now, marked.free(a));
-            }
-        }
-        for b in 0..bin_template.len() {
-            dense::add(&mut free_now, launching.free(b));
-        }
-        let headroom = input.index.vector(&policy.headroom);
-        let deficit = |free: &[u64]| -> Vector {
-            headroom
-                .iter()
-                .zip(free)
-                .map(|(h, f)| h.saturating_sub(*f))
-                .collect()
-        };
-        for a in 0..s.agents.len() {
-            if deficit(&free_now).iter().all(|&d| d == 0) {
-                break;
-            }
-            if reusable[a] && !unmarked[a] {
-                unmarked[a] = true;
-                dense::add(&mut free_now, marked.free(a));
-            }
-        }
-        for (a, &u) in unmarked.iter().enumerate() {
-            if u {
-                plan.unmarks.push((a, "demand returned to it".into()));
-            }
-        }
-        let headroom_deficit = deficit(&free_now);
-
-        // 3. Launch for what is left, within every limit.
-        let nodes = s
-            .agents
-            .iter()
-            .filter(|a| a.state != AgentState::Terminated)
-            .count() as u32;
-        let in_flight = bin_template.len() as u32;
-        let mut budget = policy
-            .max_nodes
-            .saturating_sub(nodes + in_flight)
-            .min(policy.max_launches_per_pass);
-        let cooling_until = s
-            .last_scale_out
-            .map(|t| t.plus_secs(policy.cooldown_secs))
-            .filter(|&t| t > s.now);
-        if cooling_until.is_some() {
-            budget = 0;
-        }
-        let offers: Vec<Offer> = templates
-            .iter()
-            .enumerate()
-            .map(|(t, tpl)| {
-                let existing = s
-                    .agents
-                    .iter()
-                    .filter(|a| {
-                        a.state != AgentState::Terminated
-                            && a.template.as_deref() == Some(&tpl.name)
-                    })
-                    .count()
-                    + bin_template.iter().filter(|&&b| b == t).count();
-                let mut available = tpl.max.saturating_sub(existing as u32);
-                if let Some(limit) = s.launch_limits.get(&tpl.name) {
-                    available = available.min(limit.allowed);
-                }
-                Offer::of(tpl, input.index, available)
-            })
-            .collect();
-        // Group what is left by equivalence class, in queue order of first appearance.
-        let mut class_pos = vec![usize::MAX; input.classes];
-        let mut classes: Vec<DemandClass> = Vec::new();
-        let mut members: Vec<Vec<usize>> = Vec::new();
-        for &k in &rest {
-            let (need, class) = input.unmet[k];
-            if class_pos[class] == usize::MAX {
-                class_pos[class] = classes.len();
-                classes.push(DemandClass {
-                    need: need.into(),
-                    count: 0,
-                });
-                members.push(Vec::new());
-            }
-            classes[class_pos[class]].count += 1;
-            members[class_pos[class]].push(k);
-            dense::add(&mut plan.scale_out_demand, need);
-        }
-        dense::add(&mut plan.scale_out_demand, &headroom_deficit);
-        let packed = planner::pack(&classes, &offers, budget, &headroom_deficit);
-        let mut launched_total = 0;
-        let mut sessions_for = vec![0u32; offers.len()];
-        for &(o, n) in packed.served.iter().flatten() {
-            sessions_for[o] += n;
-        }
-        for (t, &count) in packed.launches.iter().enumerate() {
-            if count > 0 {
-                launched_total += count;
-                let reason = match sessions_for[t] {
-                    0 => "the group keeps its headroom (minimum shares)".to_string(),
-                    n => format!("{n} pending session(s) need it"),
-                };
-                plan.launches.push((t, count, reason));
-            }
-        }
-        for (c, sessions) in members.iter().enumerate() {
-            let mut served = packed.served[c]
-                .iter()
-                .flat_map(|&(o, n)| std::iter::repeat_n(o, n as usize));
-            for &k in sessions {
-                plan.waits[k] = Some(match served.next() {
-                    Some(o) => WaitReason::Launching {
-                        template: templates[o].name.clone(),
-                    },
-                    None => {
-                        let because = if let Some(until) = cooling_until {
-                            NoLaunch::Cooldown { until }
-                        } else if !template_slots.iter().any(|t| fits(input.unmet[k].0, t)) {
-                            NoLaunch::NoTemplate
-                        } else if let Some(limit) = templates
-                            .iter()
-                            .zip(&template_slots)
-                            .filter(|(_, slots)| fits(input.unmet[k].0, slots))
-                            .find_map(|(t, _)| s.launch_limits.get(&t.name))
-                        {
-                            NoLaunch::Held {
-                                reason: limit.reason.clone(),
-                            }
-                        } else {
-                            NoLaunch::AtMax
-                        };
-                        WaitReason::NoRoom { because }
-                    }
-                });
-            }
-        }
-
-        // Keep at least min_nodes: top up with the cheapest template that may still launch.
-        let taking = |a: usize| s.agents[a].state == AgentState::Alive || unmarked[a];
-        let serving =
-            (0..s.agents.len()).filter(|&a| taking(a)).count() as u32 + in_flight + launched_total;
-        let for_demand = launched_total;
-        let short = policy
-            .min_nodes
-            .saturating_sub(serving)
-            .min(budget.saturating_sub(launched_total));
-        if short > 0 {
-            let cheapest = (0..offers.len())
-                .filter(|&t| offers[t].available > packed.launches[t])
-                .min_by(|&a, &b| {
-                    offers[a]
-                        .price_per_hour
-                        .total_cmp(&offers[b].price_per_hour)
-                });
-            if let Some(t) = cheapest {
-                let n = short.min(offers[t].available - packed.launches[t]);
-                launched_total += n;
-                plan.launches.push((
-                    t,
-                    n,
-                    format!("the group keeps at least {} nodes", policy.min_nodes),
-                ));
-            }
-        }
-
-        // 4. Scale in: mark agents idle past the idle wait, longest idle first, while the group
-        //    stays at or above min_nodes and keeps its headroom.
-        let mut keep = serving + (launched_total - for_demand);
-        let mut idle: Vec<usize> = (0..s.agents.len())
-            .filter(|&a| {
-                let agent = &s.agents[a];
-                agent.state == AgentState::Alive
-                    && !agent.external
-                    && !input.used[a]
-                    && agent.is_idle()
-                    && agent
-                        .idle_since
-                        .is_some_and(|t| t.plus_secs(policy.idle_wait_secs) <= s.now)
-            })
-            .collect();
-        idle.sort_by_key(|&a| (s.agents[a].idle_since, &s.agents[a].id));
-        for a in idle {
-            if keep <= policy.min_nodes {
-                break;
-            }
-            let mut without = free_now.clone();
-            for (w, f) in without.iter_mut().zip(input.free[a].iter()) {
-                *w = w.saturating_sub(*f);
-            }
-            if headroom.iter().zip(&without).any(|(h, w)| w < h) {
-                continue;
-            }
-            free_now = without;
-            keep -= 1;
-            plan.marks
-                .push((a, format!("idle for more than {} s", policy.idle_wait_secs)));
-        }
-
+        // 3. Launch for what is left, within every limit; then keep at least min_nodes.
+        let budget = launch_budget(input.snapshot, launching.count());
+        let offers = offers(input, &launching);
+        let packed = launch_for_demand(
+            input,
+            &template_slots,
+            &rest,
+            &headroom.deficit,
+            &offers,
+            &budget,
+            &mut plan,
+        );
+        let for_demand: u32 = packed.launches.iter().sum();
+        let serving = serving(input, &reuse.unmarked) + launching.count() + for_demand;
+        let topped_up = keep_min_nodes(
+            input.snapshot,
+            &offers,
+            &packed.launches,
+            serving,
+            budget.launches.saturating_sub(for_demand),
+            &mut plan,
+        );
+        // 4. Scale in: mark agents idle past the idle wait.
+        plan.marks = mark_idle(input, serving + topped_up, &mut headroom);
         // 5. Terminate marked agents once empty (never in the pass that marks them).
-        let busy: HashSet<&str> = s
-            .sessions
+        plan.terminations = terminate_marked_empty(input.snapshot, &reuse.unmarked);
+        plan
+    }
+}
+
+/// Instances on their way: as many bins as demand could use, with what the demand placed on
+/// them has left, and the free capacity of the others summed (a count in flight may be huge,
+/// and one bin per instance would cost memory in proportion).
+struct Launching {
+    bins: FreeIndex,
+    /// Per bin: its template.
+    template: Vec<usize>,
+    /// Per template: its instances on their way.
+    per_template: Vec<u32>,
+    /// Free capacity of the instances on their way that have no bin.
+    unbinned: Vector,
+}
+
+impl Launching {
+    /// Instances on their way.
+    fn count(&self) -> u32 {
+        self.per_template.iter().sum()
+    }
+}
+
+/// Places unmet demand on the instances already launching (binpack), setting the waits of what
+/// they hold. Returns them and the unmet sessions they do not hold, in queue order.
+fn wait_for_in_flight(
+    input: &ScaleInput,
+    template_slots: &[Vector],
+    waits: &mut [Option<WaitReason>],
+) -> (Launching, Vec<usize>) {
+    let s = input.snapshot;
+    let templates = &s.group.templates;
+    let mut bins: Vec<Vector> = Vec::new();
+    let mut bin_template: Vec<usize> = Vec::new();
+    let mut per_template = vec![0u32; templates.len()];
+    let mut unbinned = vec![0u64; input.index.len()];
+    for f in &s.in_flight {
+        if let Some(t) = templates.iter().position(|t| t.name == f.template) {
+            let count = f.count.min(s.group.policy.max_nodes);
+            per_template[t] = per_template[t].saturating_add(count);
+            // Each unmet session takes at most one bin, so more bins of a template than there
+            // are sessions would never be used; the rest only add free capacity.
+            let binned = count.min(u32::try_from(input.unmet.len()).unwrap_or(u32::MAX));
+            for _ in 0..binned {
+                bins.push(template_slots[t].clone());
+                bin_template.push(t);
+            }
+            // Saturating: a sum this large already covers any headroom.
+            let extra = u64::from(count - binned);
+            for (u, v) in unbinned.iter_mut().zip(&template_slots[t]) {
+                *u = u.saturating_add(v.saturating_mul(extra));
+            }
+        }
+    }
+    let mut launching = FreeIndex::new(input.index.len(), bins, vec![true; bin_template.len()]);
+    let mut rest = Vec::new();
+    for (k, &(need, _)) in input.unmet.iter().enumerate() {
+        match launching.find(need, PlacementStrategy::Binpack) {
+            Some(b) => {
+                launching.take(b, need);
+                waits[k] = Some(WaitReason::InFlight {
+                    template: templates[bin_template[b]].name.clone(),
+                });
+            }
+            None => rest.push(k),
+        }
+    }
+    let launching = Launching {
+        bins: launching,
+        template: bin_template,
+        per_template,
+        unbinned: unbinned.into(),
+    };
+    (launching, rest)
+}
+
+/// Marked agents and which of them this pass unmarks.
+struct Reuse {
+    /// Free capacity per agent, less what returning demand takes on marked ones.
+    marked: FreeIndex,
+    /// Per agent: marked, and not drained by hand (the policy may unmark it).
+    reusable: Vec<bool>,
+    /// Per agent: unmarked in this pass.
+    unmarked: Vec<bool>,
+}
+
+/// Places unmet demand on reusable marked agents (binpack) and unmarks those it lands on;
+/// removes what they hold from `rest`.
+fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
+    let s = input.snapshot;
+    let reusable: Vec<bool> = s
+        .agents
+        .iter()
+        .map(|a| a.state == AgentState::Marked && !a.drained_by_hand)
+        .collect();
+    let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone());
+    let mut unmarked = vec![false; s.agents.len()];
+    rest.retain(|&k| {
+        let need = input.unmet[k].0;
+        match marked.find(need, PlacementStrategy::Binpack) {
+            Some(a) => {
+                marked.take(a, need);
+                unmarked[a] = true;
+                false
+            }
+            None => true,
+        }
+    });
+    Reuse {
+        marked,
+        reusable,
+        unmarked,
+    }
+}
+
+/// The group's headroom against its free capacity.
+struct Headroom {
+    /// The policy's headroom, per slot.
+    target: Vector,
+    /// Free capacity of agents taking sessions and of instances launching, per slot.
+    free: Vec<u64>,
+    /// What `free` lacks of `target`, per slot, once marked agents are unmarked for it.
+    deficit: Vector,
+}
+
+impl Headroom {
+    fn deficit_of(target: &[u64], free: &[u64]) -> Vector {
+        target
             .iter()
-            .filter(|x| x.state.holds_capacity())
-            .filter_map(|x| x.agent.as_ref().map(|a| a.0.as_str()))
-            .collect();
-        for (a, agent) in s.agents.iter().enumerate() {
-            if agent.state == AgentState::Marked
+            .zip(free)
+            .map(|(h, f)| h.saturating_sub(*f))
+            .collect()
+    }
+}
+
+/// Sums the free capacity of agents taking sessions and of instances launching, and unmarks
+/// further reusable marked agents, in agent order, while it falls short of the headroom.
+fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -> Headroom {
+    let s = input.snapshot;
+    let mut free = vec![0u64; input.index.len()];
+    for (a, agent) in s.agents.iter().enumerate() {
+        if agent.state == AgentState::Alive || reuse.unmarked[a] {
+            dense::add(&mut free, reuse.marked.free(a));
+        }
+    }
+    for b in 0..launching.template.len() {
+        dense::add(&mut free, launching.bins.free(b));
+    }
+    dense::add(&mut free, &launching.unbinned);
+    let target = input.index.vector(&s.group.policy.headroom);
+    for a in 0..s.agents.len() {
+        if Headroom::deficit_of(&target, &free).iter().all(|&d| d == 0) {
+            break;
+        }
+        if reuse.reusable[a] && !reuse.unmarked[a] {
+            reuse.unmarked[a] = true;
+            dense::add(&mut free, reuse.marked.free(a));
+        }
+    }
+    let deficit = Headroom::deficit_of(&target, &free);
+    Headroom {
+        target,
+        free,
+        deficit,
+    }
+}
+
+/// How many instances this pass may launch, and the cooldown that may forbid any.
+struct Budget {
+    launches: u32,
+    /// The end of the cooldown, while it lasts (then `launches` is 0).
+    cooling_until: Option<Timestamp>,
+}
+
+/// The launches left under `max_nodes` (counting agents not terminated and `in_flight`
+/// instances) and `max_launches_per_pass`; none during the cooldown.
+fn launch_budget(s: &Snapshot, in_flight: u32) -> Budget {
+    let policy = &s.group.policy;
+    let nodes = s
+        .agents
+        .iter()
+        .filter(|a| a.state != AgentState::Terminated)
+        .count() as u32;
+    let mut launches = policy
+        .max_nodes
+        .saturating_sub(nodes + in_flight)
+        .min(policy.max_launches_per_pass);
+    let cooling_until = s
+        .last_scale_out
+        .map(|t| t.plus_secs(policy.cooldown_secs))
+        .filter(|&t| t > s.now);
+    if cooling_until.is_some() {
+        launches = 0;
+    }
+    Budget {
+        launches,
+        cooling_until,
+    }
+}
+
+/// Every template as an offer: as many more as its `max` allows beside its agents and launching
+/// instances, within its launch limit.
+fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
+    let s = input.snapshot;
+    s.group
+        .templates
+        .iter()
+        .enumerate()
+        .map(|(t, tpl)| {
+            let existing = s
+                .agents
+                .iter()
+                .filter(|a| {
+                    a.state != AgentState::Terminated && a.template.as_deref() == Some(&tpl.name)
+                })
+                .count()
+                + launching.per_template[t] as usize;
+            let mut available = tpl.max.saturating_sub(existing as u32);
+            if let Some(limit) = s.launch_limits.get(&tpl.name) {
+                available = available.min(limit.allowed);
+            }
+            Offer::of(tpl, input.index, available)
+        })
+        .collect()
+}
+
+/// Packs the unmet sessions in `rest` and the headroom deficit onto new instances of the offers,
+/// within the budget; writes the launches, the scale-out demand and every session's wait.
+fn launch_for_demand(
+    input: &ScaleInput,
+    template_slots: &[Vector],
+    rest: &[usize],
+    headroom_deficit: &[u64],
+    offers: &[Offer],
+    budget: &Budget,
+    plan: &mut ScalePlan,
+) -> Pack {
+    // Group what is left by equivalence class, in queue order of first appearance.
+    let mut class_pos = vec![usize::MAX; input.classes];
+    let mut classes: Vec<DemandClass> = Vec::new();
+    let mut members: Vec<Vec<usize>> = Vec::new();
+    for &k in rest {
+        let (need, class) = input.unmet[k];
+        if class_pos[class] == usize::MAX {
+            class_pos[class] = classes.len();
+            classes.push(DemandClass {
+                need: need.into(),
+                count: 0,
+            });
+            members.push(Vec::new());
+        }
+        classes[class_pos[class]].count += 1;
+        members[class_pos[class]].push(k);
+        dense::add(&mut plan.scale_out_demand, need);
+    }
+    dense::add(&mut plan.scale_out_demand, headroom_deficit);
+    let packed = planner::pack(&classes, offers, budget.launches, headroom_deficit);
+
+    let mut sessions_for = vec![0u32; offers.len()];
+    for &(o, n) in packed.served.iter().flatten() {
+        sessions_for[o] += n;
+    }
+    for (t, &count) in packed.launches.iter().enumerate() {
+        if count > 0 {
+            let reason = match sessions_for[t] {
+                0 => "the group keeps its headroom (minimum shares)".to_string(),
+                n => format!("{n} pending session(s) need it"),
+            };
+            plan.launches.push(PlannedLaunch {
+                template: t,
+                count,
+                reason,
+            });
+        }
+    }
+    let templates = &input.snapshot.group.templates;
+    for (c, sessions) in members.iter().enumerate() {
+        let mut served = packed.served[c]
+            .iter()
+            .flat_map(|&(o, n)| std::iter::repeat_n(o, n as usize));
+        for &k in sessions {
+            plan.waits[k] = Some(match served.next() {
+                Some(o) => WaitReason::Launching {
+                    template: templates[o].name.clone(),
+                },
+                None => WaitReason::NoRoom {
+                    because: why_no_launch(input, template_slots, input.unmet[k].0, budget),
+                },
+            });
+        }
+    }
+    packed
+}
+
+/// Why nothing is launched for a session needing `need`.
+fn why_no_launch(
+    input: &ScaleInput,
+    template_slots: &[Vector],
+    need: &[u64],
+    budget: &Budget,
+) -> NoLaunch {
+    let s = input.snapshot;
+    if let Some(until) = budget.cooling_until {
+        NoLaunch::Cooldown { until }
+    } else if !template_slots.iter().any(|t| fits(need, t)) {
+        NoLaunch::NoTemplate
+    } else if let Some(limit) = s
+        .group
+        .templates
+        .iter()
+        .zip(template_slots)
+        .filter(|(_, slots)| fits(need, slots))
+        .find_map(|(t, _)| s.launch_limits.get(&t.name))
+    {
+        NoLaunch::Held {
+            reason: limit.reason.clone(),
+        }
+    } else {
+        NoLaunch::AtMax
+    }
+}
+
+/// Agents that take sessions once this pass's unmarks apply.
+fn serving(input: &ScaleInput, unmarked: &[bool]) -> u32 {
+    let agents = &input.snapshot.agents;
+    (0..agents.len())
+        .filter(|&a| agents[a].state == AgentState::Alive || unmarked[a])
+        .count() as u32
+}
+
+/// Tops the group up to `min_nodes` with the cheapest template that may still launch, within
+/// `budget` more launches. `serving` counts agents taking sessions, launching instances and the
+/// launches planned. Returns how many it adds.
+fn keep_min_nodes(
+    s: &Snapshot,
+    offers: &[Offer],
+    planned: &[u32],
+    serving: u32,
+    budget: u32,
+    plan: &mut ScalePlan,
+) -> u32 {
+    let min_nodes = s.group.policy.min_nodes;
+    let short = min_nodes.saturating_sub(serving).min(budget);
+    if short == 0 {
+        return 0;
+    }
+    let cheapest = (0..offers.len())
+        .filter(|&t| offers[t].available > planned[t])
+        .min_by(|&a, &b| {
+            offers[a]
+                .price_per_hour
+                .total_cmp(&offers[b].price_per_hour)
+        });
+    let Some(t) = cheapest else { return 0 };
+    let count = short.min(offers[t].available - planned[t]);
+    plan.launches.push(PlannedLaunch {
+        template: t,
+        count,
+        reason: format!("the group keeps at least {min_nodes} nodes"),
+    });
+    count
+}
+
+/// Marks agents idle past the idle wait, longest idle first, while the `keep` nodes counted stay
+/// above `min_nodes` and the free capacity left keeps the headroom.
+fn mark_idle(input: &ScaleInput, mut keep: u32, headroom: &mut Headroom) -> Vec<AgentAction> {
+    let s = input.snapshot;
+    let policy = &s.group.policy;
+    let mut idle: Vec<usize> = (0..s.agents.len())
+        .filter(|&a| {
+            let agent = &s.agents[a];
+            agent.state == AgentState::Alive
+                && !agent.external
+                && !input.used[a]
+                && agent.is_idle()
+                && agent
+                    .idle_since
+                    .is_some_and(|t| t.plus_secs(policy.idle_wait_secs) <= s.now)
+        })
+        .collect();
+    idle.sort_by_key(|&a| (s.agents[a].idle_since, &s.agents[a].id));
+    let mut marks = Vec::new();
+    for a in idle {
+        if keep <= policy.min_nodes {
+            break;
+        }
+        let mut without = headroom.free.clone();
+        for (w, f) in without.iter_mut().zip(input.free[a].iter()) {
+            *w = w.saturating_sub(*f);
+        }
+        if headroom.target.iter().zip(&without).any(|(h, w)| w < h) {
+            continue;
+        }
+        headroom.free = without;
+        keep -= 1;
+        marks.push(AgentAction::new(
+            a,
+            format!("idle for more than {} s", policy.idle_wait_secs),
+        ));
+    }
+    marks
+}
+
+/// Marked agents this pass did not unmark that hold nothing: no session, no allocation.
+fn terminate_marked_empty(s: &Snapshot, unmarked: &[bool]) -> Vec<AgentAction> {
+    let busy: HashSet<&str> = s
+        .sessions
+        .iter()
+        .filter(|x| x.state.holds_capacity())
+        .filter_map(|x| x.agent.as_ref().map(|a| a.0.as_str()))
+        .collect();
+    s.agents
+        .iter()
+        .enumerate()
+        .filter(|&(a, agent)| {
+            agent.state == AgentState::Marked
                 && !unmarked[a]
                 && !agent.external
                 && agent.is_idle()
                 && !busy.contains(agent.id.0.as_str())
-            {
-                plan.terminations.push((a, "marked and empty".into()));
-            }
-        }
-        plan
-    }
+        })
+        .map(|(a, _)| AgentAction::new(a, "marked and empty"))
+        .collect()
 }

@@ -12,6 +12,45 @@ use crate::dense::{self, fits, Vector};
 use crate::model::{PlacementStrategy, SchedulerConfig, Sequencer, Session};
 use crate::slots::Share;
 
+/// One key of the pending queue's order: a session field, and which way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKey {
+    /// Higher priority first.
+    PriorityDesc,
+    /// Older first.
+    SubmittedAt,
+    /// Newer first.
+    SubmittedAtDesc,
+    /// Ties broken by id.
+    Id,
+}
+
+/// The order a sequencer serves pending sessions in, as keys (DRF: oldest first, before its fair
+/// share reorders them). The one statement of that rule: [`sequence`] sorts by it, and the store
+/// reads the head of a long queue in it, so that a pass sees the sessions its sequencer serves
+/// first.
+pub fn queue_order(sequencer: Sequencer) -> &'static [QueueKey] {
+    use QueueKey::*;
+    match sequencer {
+        Sequencer::Fifo | Sequencer::Drf => &[SubmittedAt, Id],
+        Sequencer::Lifo => &[SubmittedAtDesc, Id],
+        Sequencer::Priority => &[PriorityDesc, SubmittedAt, Id],
+    }
+}
+
+/// Compares two sessions by `keys`.
+fn by_keys(keys: &[QueueKey], a: &Session, b: &Session) -> std::cmp::Ordering {
+    keys.iter()
+        .map(|key| match key {
+            QueueKey::PriorityDesc => b.priority.cmp(&a.priority),
+            QueueKey::SubmittedAt => a.submitted_at.cmp(&b.submitted_at),
+            QueueKey::SubmittedAtDesc => b.submitted_at.cmp(&a.submitted_at),
+            QueueKey::Id => a.id.cmp(&b.id),
+        })
+        .find(|o| o.is_ne())
+        .unwrap_or(std::cmp::Ordering::Equal)
+}
+
 /// The order in which to consider `sessions` (indexes into it).
 ///
 /// `needs[i]` is the required shares of `sessions[i]`; `usage` is what each owner holds now and
@@ -24,23 +63,10 @@ pub fn sequence(
     total: &[u64],
 ) -> Vec<usize> {
     let mut order: Vec<usize> = (0..sessions.len()).collect();
-    let fifo = |&i: &usize| (sessions[i].submitted_at, &sessions[i].id);
-    match sequencer {
-        Sequencer::Fifo => order.sort_by_key(fifo),
-        Sequencer::Lifo => {
-            order.sort_by_key(|&i| (Reverse(sessions[i].submitted_at), &sessions[i].id))
-        }
-        Sequencer::Priority => order.sort_by_key(|&i| {
-            (
-                Reverse(sessions[i].priority),
-                sessions[i].submitted_at,
-                &sessions[i].id,
-            )
-        }),
-        Sequencer::Drf => {
-            order.sort_by_key(fifo);
-            order = drf_order(&order, sessions, needs, usage, total);
-        }
+    let keys = queue_order(sequencer);
+    order.sort_by(|&a, &b| by_keys(keys, sessions[a], sessions[b]));
+    if sequencer == Sequencer::Drf {
+        order = drf_order(&order, sessions, needs, usage, total);
     }
     order
 }

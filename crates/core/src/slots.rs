@@ -194,7 +194,7 @@ impl Quantity {
 
     /// People's form for the named slot: `4GiB` for byte slots when exact, else `0.5`, `2`.
     pub fn display_for(self, slot: &SlotName) -> String {
-        if slot.is_bytes() && self.0 % SCALE == 0 && self.0 > 0 {
+        if slot.is_bytes() && self.0.is_multiple_of(SCALE) && self.0 > 0 {
             let bytes = self.0 / SCALE;
             for (suffix, size) in [
                 ("PiB", 1u64 << 50),
@@ -203,7 +203,7 @@ impl Quantity {
                 ("MiB", 1 << 20),
                 ("KiB", 1 << 10),
             ] {
-                if bytes % size == 0 {
+                if bytes.is_multiple_of(size) {
                     return format!("{}{}", bytes / size, suffix);
                 }
             }

@@ -422,3 +422,31 @@ fn a_template_in_backoff_is_passed_over_for_the_next_cheapest_and_waits_say_why(
     assert_eq!(w.len(), 2);
     assert!(w[0].1.contains("template g1 backs off"), "{w:?}");
 }
+
+/// Found by fuzzing: a huge count in flight cost one bin per instance (2.4 GB for 10^8). Now it
+/// costs what the demand can use, and still counts as capacity and against the limits.
+#[test]
+fn a_huge_count_in_flight_is_counted_without_a_bin_each() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "max_nodes": 100_000_000, "cooldown_secs": 0,
+                  "headroom": "gpu=1000"},
+        "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 100_000_000}],
+        "in_flight": [{"template": "g1", "count": 100_000_000}],
+        "sessions": [session("s1", "gpu=1"), session("s2", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert!(d.launches.is_empty(), "{:?}", d.launches);
+    assert_eq!(
+        waiting(&d),
+        [
+            (
+                "s1".to_string(),
+                "waits for a g1 instance that is starting".to_string()
+            ),
+            (
+                "s2".to_string(),
+                "waits for a g1 instance that is starting".to_string()
+            ),
+        ]
+    );
+}

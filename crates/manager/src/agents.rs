@@ -1,7 +1,8 @@
 //! The agents' side of the API: joining, syncing (heartbeat, reports, assignments), log and
 //! output uploads; and what users read of them: logs and outputs.
 
-use std::path::{Component, Path as FsPath, PathBuf};
+use crate::api::openapi::{Binary, ErrorResponse, LogStream, Name, SessionPath};
+use std::path::{Path as FsPath, PathBuf};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -10,15 +11,17 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use corral_core::protocol::*;
+use corral_api::protocol::*;
+use corral_api::sessions::OutputFile;
 use corral_core::{Agent, AgentId, AgentState, SessionState, Slots};
 use corral_store::{NewEvent, Role, SessionFilter, SessionRecord};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::auth::{create_token, Caller, Joiner};
+use crate::auth::{create_token, AgentCaller, Caller, Joiner};
 use crate::error::ApiError;
 use crate::extract::{Body, Query};
+use crate::names::{check_name, check_relative};
 use crate::{now, App};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -66,12 +69,26 @@ fn acts_as(caller: &Caller, id: &str) -> Result<()> {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/join",
+    summary = "An agent joins with an admin token, its own agent token, or a one-time bootstrap token (used up by the join; 401 once used or expired); its agent token comes back",
+    request_body = JoinRequest,
+    responses(
+        (status = 201, description = "success", body = JoinResponse),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
 async fn join(
     State(app): State<App>,
     joiner: Joiner,
     Body(req): Body<JoinRequest>,
 ) -> Result<impl IntoResponse> {
-    crate::api::check_name("id", &req.id)?;
+    check_name("id", &req.id)?;
     if req.capacity.is_empty() {
         return Err(ApiError::invalid(
             "capacity",
@@ -95,6 +112,11 @@ async fn join(
             format!("agent {:?} belongs to group {:?}", a.id, a.group),
         ));
     }
+    // Before anything is read from the request's claims: may this token join as this id?
+    // (A bootstrap token is used up here, so every check that can fail comes first.)
+    joiner
+        .admit(&app, &req.id, &group.name, existing.as_ref())
+        .await?;
     // A live agent that joins again keeps what it holds; any other starts empty.
     let keep = existing.filter(|a| {
         matches!(a.state, AgentState::Alive | AgentState::Marked) && a.group == group.name
@@ -123,8 +145,6 @@ async fn join(
         drained_by_hand: keep.as_ref().is_some_and(|a| a.drained_by_hand),
         idle_since: keep.as_ref().map_or(Some(now), |a| a.idle_since),
     };
-    // Last, after every check: a bootstrap token is used up here.
-    joiner.admit(&app, &req.id, &group.name).await?;
     let joined = NewEvent {
         at: now,
         group: Some(group.name.clone()),
@@ -160,9 +180,24 @@ async fn join(
     ))
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/{id}/sync",
+    summary = "Heartbeat and reports; answers what to start and stop (a long poll of up to wait_secs, at most 30 s); admin or the agent's own token",
+    params(("id" = Name, Path, description = "the agent")),
+    request_body = SyncRequest,
+    responses(
+        (status = 200, description = "success", body = SyncResponse),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
 async fn sync(
     State(app): State<App>,
-    caller: Caller,
+    AgentCaller(caller): AgentCaller,
     Path(id): Path<String>,
     Body(req): Body<SyncRequest>,
 ) -> Result<Json<SyncResponse>> {
@@ -303,14 +338,7 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
             (r, spec)
         })
         // A session starts once every input it names has been uploaded.
-        .filter(|(r, spec)| {
-            spec.inputs.iter().all(|i| {
-                session_dir(app, &r.session.id.0)
-                    .join("inputs")
-                    .join(i)
-                    .is_file()
-            })
-        })
+        .filter(|(r, spec)| missing_inputs(app, &r.session.id.0, spec).is_empty())
         .map(|(r, spec)| Assignment {
             id: r.session.id.0,
             kind: r.session.kind,
@@ -322,6 +350,16 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
             allocation: r.allocation.unwrap_or_else(Slots::new),
         })
         .collect())
+}
+
+/// The inputs a session names that have not been uploaded yet.
+fn missing_inputs<'a>(app: &App, session: &str, spec: &'a crate::api::Spec) -> Vec<&'a str> {
+    let dir = session_dir(app, session).join("inputs");
+    spec.inputs
+        .iter()
+        .filter(|i| !dir.join(i).is_file())
+        .map(String::as_str)
+        .collect()
 }
 
 /// Where the manager keeps what agents upload for a session.
@@ -340,18 +378,6 @@ fn check_stream(stream: &str) -> Result<&'static str> {
     }
 }
 
-/// A relative path that stays inside its directory.
-fn check_relative(path: &str) -> Result<PathBuf> {
-    let p = FsPath::new(path);
-    if path.is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Err(ApiError::invalid(
-            "path",
-            format!("{path:?} must be a relative path inside the session's outputs"),
-        ));
-    }
-    Ok(p.to_path_buf())
-}
-
 /// A session placed on agent `id`.
 async fn session_on(app: &App, id: &str, session: &str) -> Result<SessionRecord> {
     let record = app
@@ -367,37 +393,97 @@ async fn session_on(app: &App, id: &str, session: &str) -> Result<SessionRecord>
     Ok(record)
 }
 
+/// A session on agent `id` that may still receive logs and outputs: once it has ended, what
+/// it left is final.
+async fn writable_session_on(app: &App, id: &str, session: &str) -> Result<SessionRecord> {
+    let record = session_on(app, id, session).await?;
+    if !record.session.state.holds_capacity() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_ended",
+            format!("session {session:?} has ended; its logs and outputs are final"),
+        ));
+    }
+    Ok(record)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct Offset {
     #[serde(default)]
+    #[param(maximum = 9_223_372_036_854_775_807_u64)]
     offset: u64,
+}
+
+impl Offset {
+    /// The offset as a file position (files end before 2^63 bytes).
+    fn position(&self) -> Result<u64> {
+        if i64::try_from(self.offset).is_err() {
+            return Err(ApiError::invalid(
+                "offset",
+                format!("{} is beyond any file's end", self.offset),
+            ));
+        }
+        Ok(self.offset)
+    }
+}
+
+/// Serialises appends to one log: the size check and the write happen as one step, so two
+/// copies of a chunk sent at once cannot both pass the check. Striped by session so the lock
+/// table stays small.
+fn log_lock(session: &str) -> &'static tokio::sync::Mutex<()> {
+    use std::hash::{Hash, Hasher};
+    static LOCKS: std::sync::OnceLock<Vec<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
+    let locks = LOCKS.get_or_init(|| (0..64).map(|_| tokio::sync::Mutex::new(())).collect());
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    session.hash(&mut h);
+    &locks[(h.finish() % locks.len() as u64) as usize]
 }
 
 /// Appends a chunk to a session's log; `offset` must be the log's current size, so a chunk
 /// sent twice (a retry) is refused rather than written twice.
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/{id}/sessions/{session}/logs/{stream}",
+    summary = "Append to a session's log; offset must be the log's current size (409 with details.size otherwise)",
+    params(("id" = Name, Path, description = "the agent"), ("session" = String, Path, description = "the session"), ("stream" = inline(LogStream), Path, description = "the log"), Offset),
+    request_body(content = inline(Binary), content_type = "application/octet-stream"),
+    responses(
+        (status = 204, description = "done"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
 async fn append_log(
     State(app): State<App>,
-    caller: Caller,
+    AgentCaller(caller): AgentCaller,
     Path((id, session, stream)): Path<(String, String, String)>,
     Query(q): Query<Offset>,
     body: Bytes,
 ) -> Result<StatusCode> {
     acts_as(&caller, &id)?;
     let file = check_stream(&stream)?;
-    let record = session_on(&app, &id, &session).await?;
+    let offset = q.position()?;
+    let record = writable_session_on(&app, &id, &session).await?;
     let dir = session_dir(&app, &record.session.id.0);
     tokio::fs::create_dir_all(&dir).await.map_err(io_error)?;
     let path = dir.join(file);
+    let _appending = log_lock(&record.session.id.0).lock().await;
     let size = tokio::fs::metadata(&path)
         .await
         .map(|m| m.len())
         .unwrap_or(0);
-    if size != q.offset {
+    if size != offset {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "offset",
-            format!("the log has {size} bytes, not {}", q.offset),
+            format!("the log has {size} bytes, not {offset}"),
         )
         .with_details(json!({"size": size})));
     }
@@ -414,13 +500,29 @@ async fn append_log(
 }
 
 /// A user uploads one of the inputs their session names; it starts once all are there.
+#[utoipa::path(
+    put,
+    path = "/api/v1/sessions/{id}/inputs/{path}",
+    summary = "Upload an input the session names (up to 256 MiB); it starts once all are there; 409 once it has started",
+    params(("id" = String, Path, description = "the session"), ("path" = inline(SessionPath), Path, description = "a relative path of normal parts (no '.', '..' or empty part)")),
+    request_body(content = inline(Binary), content_type = "application/octet-stream"),
+    responses(
+        (status = 204, description = "done"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
 async fn put_input(
     State(app): State<App>,
     caller: Caller,
     Path((id, path)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<StatusCode> {
-    let rel = check_relative(&path)?;
+    let rel = check_relative("path", &path)?;
     let record = crate::api::own_session(&app, &caller, &id).await?;
     let spec: crate::api::Spec = serde_json::from_value(record.spec).unwrap_or_default();
     if !spec.inputs.iter().any(|i| i == &path) {
@@ -442,13 +544,8 @@ async fn put_input(
             format!("session {id:?} has already started or ended"),
         ));
     }
-    write_atomically(
-        &session_dir(&app, &record.session.id.0)
-            .join("inputs")
-            .join(rel),
-        &body,
-    )
-    .await?;
+    let dir = session_dir(&app, &record.session.id.0);
+    write_atomically(&dir, &dir.join("inputs").join(rel), &body).await?;
     if let Some(agent) = &record.session.agent {
         app.control.wake_agent(&agent.0);
     }
@@ -456,57 +553,117 @@ async fn put_input(
 }
 
 /// An agent fetches an input of a session placed on it.
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents/{id}/sessions/{session}/inputs/{path}",
+    summary = "An agent fetches an input of a session placed on it",
+    params(("id" = Name, Path, description = "the agent"), ("session" = String, Path, description = "the session"), ("path" = inline(SessionPath), Path, description = "a relative path of normal parts (no '.', '..' or empty part)")),
+    responses(
+        (status = 200, description = "the bytes", body = inline(Binary), content_type = "application/octet-stream"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
 async fn get_input(
     State(app): State<App>,
-    caller: Caller,
+    AgentCaller(caller): AgentCaller,
     Path((id, session, path)): Path<(String, String, String)>,
 ) -> Result<impl IntoResponse> {
     acts_as(&caller, &id)?;
-    let rel = check_relative(&path)?;
+    let rel = check_relative("path", &path)?;
     let record = session_on(&app, &id, &session).await?;
-    match tokio::fs::read(
-        session_dir(&app, &record.session.id.0)
-            .join("inputs")
-            .join(rel),
-    )
-    .await
-    {
-        Ok(data) => Ok(([("content-type", "application/octet-stream")], data)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(ApiError::not_found("input", &path))
-        }
-        Err(e) => Err(io_error(e)),
-    }
+    let file = session_dir(&app, &record.session.id.0)
+        .join("inputs")
+        .join(rel);
+    read_file(&file, "input", &path).await
 }
 
-/// Writes beside, then renames: a reader never sees half a file.
-async fn write_atomically(target: &FsPath, data: &[u8]) -> Result<()> {
+/// Writes to a temporary file of its own in the session's `tmp/` (same file system, outside
+/// what users list), then renames it into place: a reader never sees half a file, and two
+/// uploads at once never share a temporary file.
+async fn write_atomically(session_dir: &FsPath, target: &FsPath, data: &[u8]) -> Result<()> {
+    let tmp = session_dir.join("tmp");
+    tokio::fs::create_dir_all(&tmp).await.map_err(io_error)?;
     if let Some(parent) = target.parent() {
-        tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| path_error(target, e))?;
     }
-    let partial = target.with_extension("corral-partial");
-    tokio::fs::write(&partial, data).await.map_err(io_error)?;
-    tokio::fs::rename(&partial, target).await.map_err(io_error)
+    let partial = tmp.join(crate::auth::random_hex(12));
+    let written = async {
+        tokio::fs::write(&partial, data).await?;
+        tokio::fs::rename(&partial, target).await
+    }
+    .await;
+    if let Err(e) = written {
+        let _ = tokio::fs::remove_file(&partial).await;
+        return Err(path_error(target, e));
+    }
+    Ok(())
 }
 
+/// A file path that cannot be written because of what is already there (a file where a
+/// directory is needed, or the reverse) is the caller's mistake; anything else is ours.
+fn path_error(target: &FsPath, e: std::io::Error) -> ApiError {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        NotADirectory | IsADirectory | AlreadyExists | DirectoryNotEmpty => ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "{} clashes with a file or directory already uploaded",
+                target
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ),
+        ),
+        _ => io_error(e),
+    }
+}
+
+#[utoipa::path(
+    put,
+    path = "/api/v1/agents/{id}/sessions/{session}/outputs/{path}",
+    summary = "Upload one output file of a session on this agent (up to 256 MiB); 409 once it has ended",
+    params(("id" = Name, Path, description = "the agent"), ("session" = String, Path, description = "the session"), ("path" = inline(SessionPath), Path, description = "a relative path of normal parts (no '.', '..' or empty part)")),
+    request_body(content = inline(Binary), content_type = "application/octet-stream"),
+    responses(
+        (status = 204, description = "done"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
 async fn put_output(
     State(app): State<App>,
-    caller: Caller,
+    AgentCaller(caller): AgentCaller,
     Path((id, session, path)): Path<(String, String, String)>,
     body: Bytes,
 ) -> Result<StatusCode> {
     acts_as(&caller, &id)?;
-    let rel = check_relative(&path)?;
-    let record = session_on(&app, &id, &session).await?;
-    let target = session_dir(&app, &record.session.id.0)
-        .join("outputs")
-        .join(rel);
-    write_atomically(&target, &body).await?;
+    let rel = check_relative("path", &path)?;
+    let record = writable_session_on(&app, &id, &session).await?;
+    let dir = session_dir(&app, &record.session.id.0);
+    write_atomically(&dir, &dir.join("outputs").join(rel), &body).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 fn io_error(e: std::io::Error) -> ApiError {
     tracing::error!(error = %e, "session files");
+    if e.kind() == std::io::ErrorKind::StorageFull {
+        // Said as it is, so the agent retries later and the operator knows what to free.
+        return ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            "the manager's data directory is full; nothing was written",
+        );
+    }
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
@@ -515,6 +672,19 @@ fn io_error(e: std::io::Error) -> ApiError {
 }
 
 /// A session's log from `offset` (at most 1 MiB): the bytes as they were written.
+#[utoipa::path(
+    get,
+    path = "/api/v1/sessions/{id}/logs/{stream}",
+    summary = "A session's log from offset, at most 1 MiB per read",
+    params(("id" = String, Path, description = "the session"), ("stream" = inline(LogStream), Path, description = "the log"), Offset),
+    responses(
+        (status = 200, description = "the bytes", body = inline(Binary), content_type = "application/octet-stream"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
 async fn read_log(
     State(app): State<App>,
     caller: Caller,
@@ -522,19 +692,24 @@ async fn read_log(
     Query(q): Query<Offset>,
 ) -> Result<impl IntoResponse> {
     let file = check_stream(&stream)?;
+    let offset = q.position()?;
     let record = crate::api::own_session(&app, &caller, &id).await?;
     let path = session_dir(&app, &record.session.id.0).join(file);
     let data = match tokio::fs::File::open(&path).await {
         Ok(mut f) => {
             use tokio::io::{AsyncReadExt, AsyncSeekExt};
-            f.seek(std::io::SeekFrom::Start(q.offset))
-                .await
-                .map_err(io_error)?;
+            let size = f.metadata().await.map_err(io_error)?.len();
             let mut buf = Vec::new();
-            f.take(MAX_LOG_READ)
-                .read_to_end(&mut buf)
-                .await
-                .map_err(io_error)?;
+            // Past the end there is nothing yet (and the file system may refuse the seek).
+            if offset < size {
+                f.seek(std::io::SeekFrom::Start(offset))
+                    .await
+                    .map_err(io_error)?;
+                f.take(MAX_LOG_READ)
+                    .read_to_end(&mut buf)
+                    .await
+                    .map_err(io_error)?;
+            }
             buf
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
@@ -543,11 +718,23 @@ async fn read_log(
     Ok(([("content-type", "application/octet-stream")], data))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/sessions/{id}/outputs",
+    summary = "A session's output files with their sizes",
+    params(("id" = String, Path, description = "the session")),
+    responses(
+        (status = 200, description = "success", body = Vec<OutputFile>),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
 async fn list_outputs(
     State(app): State<App>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<Vec<serde_json::Value>>> {
+) -> Result<Json<Vec<OutputFile>>> {
     let record = crate::api::own_session(&app, &caller, &id).await?;
     let root = session_dir(&app, &record.session.id.0).join("outputs");
     let mut files = Vec::new();
@@ -560,34 +747,56 @@ async fn list_outputs(
             let meta = e.metadata().await.map_err(io_error)?;
             if meta.is_dir() {
                 dirs.push(e.path());
-            } else if e.path().extension().is_none_or(|x| x != "corral-partial") {
+            } else {
                 let rel = e
                     .path()
                     .strip_prefix(&root)
                     .map(|p| p.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                files.push(json!({"path": rel, "size": meta.len()}));
+                files.push(OutputFile {
+                    path: rel,
+                    size: meta.len(),
+                });
             }
         }
     }
-    files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Json(files))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/sessions/{id}/outputs/{path}",
+    summary = "One output file of a session",
+    params(("id" = String, Path, description = "the session"), ("path" = inline(SessionPath), Path, description = "a relative path of normal parts (no '.', '..' or empty part)")),
+    responses(
+        (status = 200, description = "the bytes", body = inline(Binary), content_type = "application/octet-stream"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
 async fn get_output(
     State(app): State<App>,
     caller: Caller,
     Path((id, path)): Path<(String, String)>,
 ) -> Result<impl IntoResponse> {
-    let rel = check_relative(&path)?;
+    let rel = check_relative("path", &path)?;
     let record = crate::api::own_session(&app, &caller, &id).await?;
     let file = session_dir(&app, &record.session.id.0)
         .join("outputs")
         .join(rel);
-    match tokio::fs::read(&file).await {
+    read_file(&file, "output", &path).await
+}
+
+/// A stored input or output, as bytes; a name that is not a file there is not found.
+async fn read_file(file: &FsPath, what: &str, name: &str) -> Result<impl IntoResponse> {
+    use std::io::ErrorKind::*;
+    match tokio::fs::read(file).await {
         Ok(data) => Ok(([("content-type", "application/octet-stream")], data)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(ApiError::not_found("output", &path))
+        Err(e) if matches!(e.kind(), NotFound | NotADirectory | IsADirectory) => {
+            Err(ApiError::not_found(what, name))
         }
         Err(e) => Err(io_error(e)),
     }
@@ -647,6 +856,7 @@ async fn terminate_due(app: &App) -> Result<(), corral_store::StoreError> {
     let now = now();
     for group in app.store.list_groups().await? {
         let t = group.policy.termination;
+        fail_overdue_inputs(app, &group.name, t, now).await?;
         if t.mode == corral_core::TerminationMode::Persistent && t.max_lifetime_secs.is_none() {
             continue;
         }
@@ -685,6 +895,55 @@ async fn terminate_due(app: &App) -> Result<(), corral_store::StoreError> {
                 _ => break,
             }
         }
+    }
+    Ok(())
+}
+
+/// Fails the group's placed sessions whose inputs have not all arrived within the group's
+/// `input_wait_secs` of their placement, so capacity is never held for uploads that never come.
+async fn fail_overdue_inputs(
+    app: &App,
+    group: &str,
+    t: corral_core::Termination,
+    now: corral_core::Timestamp,
+) -> Result<(), corral_store::StoreError> {
+    let filter = SessionFilter {
+        group: Some(group.to_string()),
+        state: Some(SessionState::Scheduled),
+        limit: Some(1000),
+        ..Default::default()
+    };
+    for r in app.store.list_sessions(&filter).await? {
+        if !t.inputs_overdue(r.updated_at, now) {
+            continue;
+        }
+        let spec: crate::api::Spec = serde_json::from_value(r.spec.clone()).unwrap_or_default();
+        let missing = missing_inputs(app, &r.session.id.0, &spec);
+        if missing.is_empty() {
+            continue;
+        }
+        let reason = format!(
+            "its inputs did not arrive within {} s of its placement (missing: {})",
+            t.input_wait_secs,
+            missing.join(", ")
+        );
+        match app
+            .store
+            .end_session(&r.session.id.0, SessionState::Failed, now, &reason)
+            .await
+        {
+            Ok(_) => {}
+            // It started or ended meanwhile.
+            Err(
+                corral_store::StoreError::Conflict { .. } | corral_store::StoreError::Refused(_),
+            ) => continue,
+            Err(e) => return Err(e),
+        }
+        tracing::info!(session = r.session.id.0, reason, "failed");
+        if let Some(agent) = &r.session.agent {
+            app.control.wake_agent(&agent.0);
+        }
+        app.control.wake(group);
     }
     Ok(())
 }

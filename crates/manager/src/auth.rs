@@ -24,17 +24,6 @@ impl Caller {
         self.role == Role::Admin
     }
 
-    /// Sessions are submitted and read by people (and scripts), not by agents' credentials.
-    pub fn require_person(&self) -> Result<(), ApiError> {
-        if matches!(self.role, Role::Agent | Role::Bootstrap) {
-            Err(ApiError::forbidden(
-                "an agent's token cannot be used for this",
-            ))
-        } else {
-            Ok(())
-        }
-    }
-
     pub fn require_admin(&self) -> Result<(), ApiError> {
         if self.is_admin() {
             Ok(())
@@ -53,7 +42,7 @@ pub fn new_secret() -> String {
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
     getrandom::fill(&mut bytes).expect("the OS random source works");
-    hex(&bytes)
+    hex::encode(&bytes)
 }
 
 /// A fresh secret and the id it is listed under (its first hex digits: the id names the token
@@ -65,11 +54,7 @@ fn new_token() -> (String, String) {
 }
 
 pub fn hash(secret: &str) -> String {
-    hex(&Sha256::digest(secret.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
 /// Creates a token and returns its id and secret (the secret is stored nowhere).
@@ -87,7 +72,10 @@ pub async fn create_token(
 }
 
 /// At first start (no token at all), creates the admin token and writes it once to
-/// `<data_dir>/admin.token`, readable by the owner only.
+/// `<data_dir>/admin.token`, readable by the owner only. An admin.token without any token in
+/// the database means the database is not the one it belongs to (emptied, replaced, or a new
+/// file where the old one was lost): the manager refuses to start rather than overwrite the
+/// token people hold with one for a database that has lost everything.
 pub async fn bootstrap_admin(
     store: &Store,
     data_dir: &Path,
@@ -96,30 +84,41 @@ pub async fn bootstrap_admin(
     if store.count_tokens().await? > 0 {
         return Ok(());
     }
-    let (_, secret) = create_token(store, Role::Admin, "admin", now).await?;
-    std::fs::create_dir_all(data_dir)?;
     let path = data_dir.join("admin.token");
-    let mut file = open_private(&path)?;
-    file.write_all(secret.as_bytes())?;
-    file.write_all(b"\n")?;
+    let io = |source| ManagerError::Io {
+        context: path.display().to_string(),
+        source,
+    };
+    if path.try_exists().map_err(io)? {
+        return Err(ManagerError::DatabaseWithoutTokens { token: path });
+    }
+    let (_, secret) = create_token(store, Role::Admin, "admin", now).await?;
+    // create_new: whatever happens, an existing token file is never overwritten.
+    let mut file = create_private(&path).map_err(io)?;
+    file.write_all(format!("{secret}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(io)?;
     tracing::info!(path = %path.display(), "created the admin token");
     Ok(())
 }
 
+/// Creates a file only its owner may read, refusing to replace one that exists.
 #[cfg(unix)]
-fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
+pub(crate) fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(path)
 }
 
 #[cfg(not(unix))]
-fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::File::create(path)
+pub(crate) fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
 }
 
 /// The bearer token's hash and who it belongs to (bootstrap tokens included).
@@ -139,9 +138,16 @@ async fn lookup(parts: &Parts, app: &App) -> Result<(String, Caller), ApiError> 
     }
     let token = app
         .store
-        .find_token_by_hash(&hash)
+        .find_token_by_hash(&hash, crate::now())
         .await?
-        .ok_or_else(ApiError::unauthorized)?;
+        .ok_or_else(|| {
+            ApiError::new(
+                axum::http::StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this token is not valid: unknown, or a bootstrap token that was used already or has \
+                 expired",
+            )
+        })?;
     let caller = Caller {
         user: token.user,
         role: token.role,
@@ -156,14 +162,40 @@ async fn lookup(parts: &Parts, app: &App) -> Result<(String, Caller), ApiError> 
 impl FromRequestParts<App> for Caller {
     type Rejection = ApiError;
 
+    /// People's routes: an agent's credentials never act as a user (an agent may be called
+    /// `bob`), and a bootstrap token only joins.
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
         let (_, caller) = lookup(parts, app).await?;
-        if caller.role == Role::Bootstrap {
-            return Err(ApiError::forbidden(
+        match caller.role {
+            Role::Admin | Role::User => Ok(caller),
+            Role::Agent => Err(ApiError::forbidden(
+                "an agent's token is for its own agent routes (join, sync, uploads) only",
+            )),
+            Role::Bootstrap => Err(ApiError::forbidden(
                 "a bootstrap token only lets an agent join",
-            ));
+            )),
         }
-        Ok(caller)
+    }
+}
+
+/// The caller of an agent route (`/agents/{id}/...`): an agent's own token, or an admin's.
+/// Which agent it may act as is checked against the path by the route.
+pub struct AgentCaller(pub Caller);
+
+impl FromRequestParts<App> for AgentCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
+        let (_, caller) = lookup(parts, app).await?;
+        match caller.role {
+            Role::Admin | Role::Agent => Ok(AgentCaller(caller)),
+            Role::User => Err(ApiError::forbidden(
+                "this route is for agents: it needs an agent's own token",
+            )),
+            Role::Bootstrap => Err(ApiError::forbidden(
+                "a bootstrap token only lets an agent join",
+            )),
+        }
     }
 }
 
@@ -176,11 +208,38 @@ pub struct Joiner {
 
 impl Joiner {
     /// Checks the joiner may join `agent` to `group`; a bootstrap token is used up by this.
-    pub async fn admit(&self, app: &App, agent: &str, group: &str) -> Result<(), ApiError> {
+    /// `existing` is the agent of that id the manager knows, if any: a bootstrap token only
+    /// creates an agent (or takes an id whose agent was terminated), so it can never take
+    /// over a live agent's identity, sessions and environment; re-joining an existing agent
+    /// needs its own token or an admin's.
+    pub async fn admit(
+        &self,
+        app: &App,
+        agent: &str,
+        group: &str,
+        existing: Option<&corral_core::Agent>,
+    ) -> Result<(), ApiError> {
         match self.caller.role {
             Role::Admin => Ok(()),
             Role::Agent if self.caller.user == agent => Ok(()),
-            Role::Bootstrap if self.caller.user == group => match app
+            Role::Bootstrap if self.caller.user != group => Err(ApiError::forbidden(format!(
+                "this bootstrap token joins group {:?} only",
+                self.caller.user
+            ))),
+            Role::Bootstrap
+                if existing.is_some_and(|a| a.state != corral_core::AgentState::Terminated) =>
+            {
+                Err(ApiError::new(
+                    axum::http::StatusCode::CONFLICT,
+                    "conflict",
+                    format!(
+                        "agent {agent:?} exists already; a bootstrap token joins a new agent \
+                         only: re-join with the agent's own token (or an admin's), or pick \
+                         another id"
+                    ),
+                ))
+            }
+            Role::Bootstrap => match app
                 .store
                 .consume_bootstrap_token(&self.hash, agent, crate::now())
                 .await?
@@ -192,10 +251,6 @@ impl Joiner {
                     "this bootstrap token was used already or has expired (or joins another agent id)",
                 )),
             },
-            Role::Bootstrap => Err(ApiError::forbidden(format!(
-                "this bootstrap token joins group {:?} only",
-                self.caller.user
-            ))),
             _ => Err(ApiError::forbidden(format!(
                 "this token cannot join agent {agent:?}"
             ))),
@@ -231,24 +286,65 @@ pub async fn create_bootstrap_token(
 
 /// Tokens recently seen valid, so that a request costs no database read to authenticate.
 /// Entries expire, so a token removed from the database stops working within `TOKEN_TTL`.
+///
+/// Timing: a presented token is never compared with a stored secret. It is hashed (SHA-256)
+/// and the hash looked up: here by its first 16 hex digits, in the database by index
+/// (`WHERE hash = $1`). How long a lookup takes could at most tell an attacker how far
+/// SHA-256 of their guess agrees with a stored hash, which brings them no closer to a token:
+/// they cannot steer the digits of a hash without inverting SHA-256. The full hash found under
+/// the prefix is still compared in constant time, so no comparison in Rust depends on a
+/// secret's bytes.
 #[derive(Default)]
 pub struct TokenCache(
-    std::sync::Mutex<std::collections::HashMap<String, (Caller, std::time::Instant)>>,
+    std::sync::Mutex<std::collections::HashMap<String, (String, Caller, std::time::Instant)>>,
 );
 
 const TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The part of a token's hash the cache is keyed by.
+fn cache_key(hash: &str) -> &str {
+    hash.get(..16).unwrap_or(hash)
+}
+
 impl TokenCache {
     fn get(&self, hash: &str) -> Option<Caller> {
+        use subtle::ConstantTimeEq;
         let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(hash)
-            .filter(|(_, at)| at.elapsed() < TOKEN_TTL)
-            .map(|(c, _)| c.clone())
+        let (stored, caller, at) = map.get(cache_key(hash))?;
+        let same: bool = stored.as_bytes().ct_eq(hash.as_bytes()).into();
+        (same && at.elapsed() < TOKEN_TTL).then(|| caller.clone())
     }
 
     fn put(&self, hash: String, caller: Caller) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, (_, at)| at.elapsed() < TOKEN_TTL);
-        map.insert(hash, (caller, std::time::Instant::now()));
+        map.retain(|_, (_, _, at)| at.elapsed() < TOKEN_TTL);
+        map.insert(
+            cache_key(&hash).to_string(),
+            (hash, caller, std::time::Instant::now()),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_cache_answers_for_the_whole_hash_only() {
+        let cache = TokenCache::default();
+        let alice = Caller {
+            user: "alice".into(),
+            role: Role::User,
+        };
+        let h = hash("corral_secret");
+        cache.put(h.clone(), alice.clone());
+        assert_eq!(cache.get(&h), Some(alice));
+        // Same cache key (the first 16 digits), another hash: not a hit.
+        let mut other = h[..16].to_string();
+        other.push_str(&"0".repeat(h.len() - 16));
+        assert_ne!(other, h);
+        assert_eq!(cache.get(&other), None);
+        assert_eq!(cache.get(&hash("corral_other")), None);
+        assert_eq!(cache.get(""), None);
     }
 }

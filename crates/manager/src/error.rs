@@ -1,8 +1,10 @@
-//! API errors: `{"error": {"code", "message", "details"}}` with the right HTTP status.
+//! API errors: corral-api's `{"error": {"code", "message", "details"}}` with the right HTTP
+//! status.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use corral_api::{ErrorBody, ErrorDetail};
 use corral_store::StoreError;
 use serde_json::{json, Value};
 
@@ -87,8 +89,13 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            json!({"error": {"code": self.code, "message": self.message, "details": self.details}});
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: Some(self.code.to_string()),
+                message: self.message,
+                details: Some(self.details),
+            },
+        };
         (self.status, Json(body)).into_response()
     }
 }

@@ -8,12 +8,16 @@ pub mod auth;
 pub mod control;
 pub mod error;
 mod extract;
+mod health;
+pub mod names;
 pub mod scaling;
+pub mod secrets;
+pub mod serve;
 mod submit;
 mod views;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -38,11 +42,18 @@ pub struct Config {
     pub heartbeat: Duration,
     /// An agent silent this long is lost; its sessions follow its group's `on_agent_lost`.
     pub lost_after: Duration,
-    /// Where agents that providers launch reach the manager [default: `http://<listen>`, with
-    /// 127.0.0.1 for an unspecified address].
+    /// Where agents that providers launch reach the manager [default: `http://<listen>`
+    /// (`https://` with TLS), with 127.0.0.1 for an unspecified address].
     pub advertise_url: Option<String>,
     /// The `corral` executable the process provider starts [default: this executable].
     pub corral_binary: Option<PathBuf>,
+    /// The key that seals provider secrets in the store [default: `<data_dir>/secrets.key`,
+    /// created at first start].
+    pub secrets_key: secrets::KeySource,
+    /// Timeouts and the limit of the API's connections.
+    pub connections: serve::Connections,
+    /// Serve HTTPS with this certificate and key; `None` serves plain HTTP.
+    pub tls: Option<serve::TlsFiles>,
 }
 
 impl Default for Config {
@@ -57,18 +68,22 @@ impl Default for Config {
             lost_after: Duration::from_secs(30),
             advertise_url: None,
             corral_binary: None,
+            secrets_key: secrets::KeySource::default(),
+            connections: serve::Connections::default(),
+            tls: None,
         }
     }
 }
 
 impl Config {
-    fn driver_config(&self) -> scaling::DriverConfig {
+    fn driver_config(&self, secrets: Arc<secrets::SecretKey>) -> scaling::DriverConfig {
         let manager_url = self.advertise_url.clone().unwrap_or_else(|| {
             let mut addr = self.listen;
             if addr.ip().is_unspecified() {
                 addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
             }
-            format!("http://{addr}")
+            let scheme = if self.tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{addr}")
         });
         let corral_binary = self
             .corral_binary
@@ -79,6 +94,7 @@ impl Config {
             manager_url: manager_url.trim_end_matches('/').to_string(),
             corral_binary,
             state_dir: self.data_dir.join("providers"),
+            secrets,
         }
     }
 }
@@ -88,11 +104,25 @@ impl Config {
 pub enum ManagerError {
     #[error(transparent)]
     Store(#[from] corral_store::StoreError),
+    #[error(transparent)]
+    Secrets(#[from] secrets::SecretsError),
+    /// The data directory has an admin token but the database has no tokens: it was replaced
+    /// or emptied, and a new admin token would overwrite the one people hold.
+    #[error(
+        "{} exists but the database has no tokens: it is empty, or not the one this data \
+         directory was used with. Start with the database the token belongs to (restore it from \
+         a backup), or, to start afresh, move admin.token away",
+        token.display()
+    )]
+    DatabaseWithoutTokens { token: PathBuf },
     #[error("{context}: {source}")]
     Io {
         context: String,
         source: std::io::Error,
     },
+    /// The TLS certificate or key named cannot be used.
+    #[error("TLS: {}: {message}", path.display())]
+    Tls { path: PathBuf, message: String },
 }
 
 impl From<std::io::Error> for ManagerError {
@@ -115,6 +145,9 @@ pub struct App {
     heartbeat: Duration,
     lost_after: Duration,
     activity: Arc<activity::Activity>,
+    secrets: Arc<secrets::SecretKey>,
+    health: Arc<health::Health>,
+    serving: Arc<serve::Serving>,
 }
 
 pub fn now() -> Timestamp {
@@ -126,16 +159,25 @@ pub fn now() -> Timestamp {
 
 /// Opens the store, creates the admin token on first start, and starts a worker per group.
 pub async fn start(config: &Config) -> Result<App, ManagerError> {
+    // First, so that a bad certificate or key stops the start before anything is opened.
+    let serving = Arc::new(serve::Serving::new(
+        &config.connections,
+        config.tls.as_ref(),
+    )?);
+    protect_data_dir(&config.data_dir)?;
+    let (secrets, created_key) = secrets::SecretKey::load(&config.secrets_key, &config.data_dir)?;
+    let secrets = Arc::new(secrets);
     let store = match &config.database_url {
         Some(url) => Store::open(url).await?,
         None => Store::open_sqlite_dir(&config.data_dir).await?,
     };
     auth::bootstrap_admin(&store, &config.data_dir, now()).await?;
+    seal_stored_secrets(&store, &secrets, created_key.as_deref()).await?;
     let control = Control::new(
         store.clone(),
         config.tick,
         config.min_pass_interval,
-        config.driver_config(),
+        config.driver_config(secrets.clone()),
     );
     for group in store.list_groups().await? {
         control.wake(&group.name);
@@ -150,10 +192,92 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         heartbeat: config.heartbeat,
         lost_after: config.lost_after,
         activity: Arc::default(),
+        serving,
+        secrets,
+        health: Arc::default(),
     };
     tokio::spawn(agents::watch_liveness(app.clone()));
     tokio::spawn(agents::watch_termination(app.clone()));
     Ok(app)
+}
+
+/// The data directory holds the database, the admin token and the secrets key: it is created
+/// readable by its owner only, and an existing one that others could read is made so.
+fn protect_data_dir(dir: &Path) -> Result<(), ManagerError> {
+    let io = |source| ManagerError::Io {
+        context: format!("data directory {}", dir.display()),
+        source,
+    };
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(io)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir).map_err(io)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+            tracing::warn!(
+                dir = %dir.display(),
+                was = format!("{mode:o}"),
+                "made the data directory readable by its owner only (700): it holds the \
+                 database, the admin token and the secrets key"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Seals provider secrets an older version stored in plain text, in place, and checks that the
+/// key opens those already sealed. A key created by this start cannot open anything sealed
+/// before: the manager then refuses to start (and drops that key) rather than run with a key
+/// the other managers of the database do not share.
+async fn seal_stored_secrets(
+    store: &Store,
+    key: &secrets::SecretKey,
+    created_key: Option<&Path>,
+) -> Result<(), ManagerError> {
+    let mut sealed = 0;
+    for group in store.list_groups().await? {
+        let Some(text) = store.get_group_provider(&group.name).await? else {
+            continue;
+        };
+        // One that does not parse is reported by the group's driver.
+        let Ok(mut config) = serde_json::from_str::<corral_provider::ProviderConfig>(&text) else {
+            continue;
+        };
+        if let Err(e) = secrets::open_config(key, &mut config.clone(), &group.name) {
+            if let Some(path) = created_key {
+                let _ = std::fs::remove_file(path);
+                return Err(e.into());
+            }
+            tracing::error!(error = %e, "a group's provider secrets cannot be opened");
+            continue;
+        }
+        if secrets::seal_config(key, &mut config) == 0 {
+            continue;
+        }
+        let new = serde_json::to_string(&config)
+            .map_err(|e| corral_store::StoreError::Corrupt(e.to_string()))?;
+        // Only if unchanged meanwhile (another manager sealing it, or an API call).
+        if store
+            .replace_group_provider(&group.name, &text, &new)
+            .await?
+        {
+            tracing::info!(
+                group = group.name,
+                "sealed provider secrets stored in plain text"
+            );
+            sealed += 1;
+        }
+    }
+    if sealed > 0 {
+        // Out of the WAL too: the plaintext was overwritten in its page (secure_delete).
+        store.checkpoint().await?;
+    }
+    Ok(())
 }
 
 /// Serves the API until `shutdown` resolves.
@@ -168,18 +292,23 @@ pub async fn serve(
             context: format!("listening on {}", config.listen),
             source,
         })?;
-    tracing::info!(listen = %config.listen, data_dir = %config.data_dir.display(), "manager serving");
+    tracing::info!(
+        listen = %config.listen,
+        scheme = app.serving.scheme(),
+        data_dir = %config.data_dir.display(),
+        "manager serving"
+    );
     serve_on(listener, app, shutdown).await
 }
 
-/// Serves the API of a started manager on a bound listener until `shutdown` resolves.
+/// Serves the API of a started manager on a bound listener until `shutdown` resolves, with
+/// the connection limits and TLS of the configuration it was started with; then lets the
+/// requests in flight finish.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     app: App,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ManagerError> {
-    axum::serve(listener, api::router(app))
-        .with_graceful_shutdown(shutdown)
-        .await?;
-    Ok(())
+    let serving = app.serving.clone();
+    serve::run(listener, api::router(app), serving, shutdown).await
 }

@@ -36,6 +36,8 @@ pub struct DriverConfig {
     pub corral_binary: PathBuf,
     /// Providers keep their files under `<dir>/<group>`.
     pub state_dir: PathBuf,
+    /// Opens the provider secrets the store holds sealed.
+    pub secrets: Arc<crate::secrets::SecretKey>,
 }
 
 /// Per group: the launch governor and the driver task's wake-up.
@@ -211,15 +213,17 @@ impl Driver {
         if self.connected.as_ref().is_some_and(current) {
             return Ok(());
         }
-        let config: ProviderConfig = match stored.as_deref().map(serde_json::from_str).transpose() {
+        let parsed = stored.as_deref().map(|text| {
+            let mut config: ProviderConfig = serde_json::from_str(text)
+                .map_err(|e| format!("the stored provider configuration does not parse: {e}"))?;
+            crate::secrets::open_config(&self.config.secrets, &mut config, &self.group)
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(config)
+        });
+        let config: ProviderConfig = match parsed.transpose() {
             Ok(c) => c.unwrap_or_default(),
             Err(e) => {
-                self.event(
-                    "provider",
-                    None,
-                    format!("the stored provider configuration does not parse: {e}"),
-                )
-                .await?;
+                self.event("provider", None, e).await?;
                 self.connected = Some(Connected {
                     key,
                     provider: None,

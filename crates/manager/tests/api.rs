@@ -640,11 +640,17 @@ async fn an_expired_bootstrap_token_joins_nothing() {
         m.post("/api/v1/groups", GROUP).await.status,
         StatusCode::CREATED
     );
-    let r = m
-        .post("/api/v1/groups/gpu/bootstrap-tokens", r#"{"ttl_secs": 1}"#)
-        .await;
-    let boot = r.body["token"].as_str().unwrap().to_string();
-    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    // A token made an hour ago that was good for a minute: expired, with no waiting.
+    let an_hour_ago = corral_core::Timestamp(corral_manager::now().0 - 3_600_000);
+    let (boot, _) = corral_manager::auth::create_bootstrap_token(
+        &m.store,
+        "gpu",
+        None,
+        std::time::Duration::from_secs(60),
+        an_hour_ago,
+    )
+    .await
+    .unwrap();
     let body = r#"{"id": "late", "group": "gpu", "capacity": "cpu=1"}"#;
     let r = m
         .call(Method::POST, "/api/v1/agents/join", Some(&boot), Some(body))
@@ -652,7 +658,7 @@ async fn an_expired_bootstrap_token_joins_nothing() {
     assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
     assert_eq!(
         r.body["error"]["message"],
-        "this bootstrap token was used already or has expired (or joins another agent id)"
+        "this token is not valid: unknown, or a bootstrap token that was used already or has expired"
     );
 }
 
@@ -792,4 +798,61 @@ async fn a_plugin_installed_late_is_picked_up_and_templates_it_lacks_are_reporte
         "provider exec does not offer template(s) small; it offers gpu",
     )
     .await;
+}
+
+/// A store that cannot write shows in the health check, and writes work again once it can,
+/// with no restart. The disk fills up: SQLite's page cap fails writes with SQLITE_FULL
+/// ("database or disk is full") exactly as a full disk does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_says_when_the_store_cannot_write_and_writes_resume_once_it_can() {
+    let m = Manager::start(None).await;
+    group_with_agent(&m).await;
+    let submit_padded = |i: usize| {
+        let body = serde_json::json!({
+            "group": "gpu", "command": ["true"], "request": "cpu=1",
+            "environment": {"PAD": format!("{i}{}", "x".repeat(3000))},
+        });
+        let m = &m;
+        async move { m.post("/api/v1/sessions", &body.to_string()).await }
+    };
+    m.store.sqlite_max_pages_for_test(Some(1)).await.unwrap();
+    let mut i = 0;
+    let full = loop {
+        let r = submit_padded(i).await;
+        if r.status != StatusCode::CREATED {
+            break r;
+        }
+        i += 1;
+        assert!(i < 1000, "the cap never filled the database");
+    };
+    assert_eq!(
+        full.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        full.body
+    );
+
+    let r = m.call(Method::GET, "/api/v1/health", None, None).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(r.body["status"], "unavailable");
+    let reason = r.body["reason"].as_str().unwrap();
+    assert!(reason.contains("database or disk is full"), "{reason}");
+
+    // Room again: the check passes and submits, registrations and cancels go through.
+    m.store.sqlite_max_pages_for_test(None).await.unwrap();
+    let r = m.call(Method::GET, "/api/v1/health", None, None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.body, serde_json::json!({"status": "ok"}));
+    let r = submit_padded(i).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let r = m
+        .post(
+            "/api/v1/agents",
+            r#"{"id": "a2", "group": "gpu", "capacity": "cpu=1"}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = m.post(&format!("/api/v1/sessions/{id}/cancel"), "{}").await;
+    assert!(r.status.is_success(), "{}: {}", r.status, r.body);
 }

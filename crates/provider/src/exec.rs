@@ -20,7 +20,9 @@
 //! Responses are checked strictly (one JSON object and nothing else, known fields and states,
 //! agents that were asked for): anything else, a non-zero exit without an error object, or a
 //! timeout is a transient failure naming what was wrong, with at most ~200 characters of the
-//! output and the last lines of standard error. An error object carries its own class.
+//! output and the last lines of standard error. An error object carries its own class. A plugin
+//! that exits without reading its request fails the write with EPIPE (the manager ignores
+//! SIGPIPE); without an answer, the message says it closed its input.
 //!
 //! Tests (`tests/exec.rs`) run the example plugin (with a shell script standing in for `corral`)
 //! and small plugins written by the tests that fail every other call, print garbage, hang, or
@@ -295,8 +297,22 @@ impl ExecProvider {
         let input = serde_json::to_vec(&self.request(op)).map_err(|e| {
             ProviderError::fatal(format!("exec provider: encoding the request: {e}"))
         })?;
-        let output = self.run(op.name(), input).await?;
-        let value = interpret(&self.plugin(), op.name(), &output)?;
+        let total = input.len();
+        let (output, fed) = self.run(op.name(), input).await?;
+        let value = interpret(&self.plugin(), op.name(), &output).map_err(|mut e| {
+            // A plugin that answers without reading its request is fine; one that does not
+            // answer is told why the request may not have reached it.
+            if let Some(Fed::Closed { written }) = fed {
+                if e.class == ErrorClass::Transient {
+                    e.message = format!(
+                        "{}; it closed its standard input after reading {written} of the \
+                         request's {total} bytes and exited ({}) without answering",
+                        e.message, output.status
+                    );
+                }
+            }
+            e
+        })?;
         serde_path_to_error::deserialize(value.clone()).map_err(|e| {
             self.invalid(
                 op.name(),
@@ -337,8 +353,9 @@ impl ExecProvider {
         command
     }
 
-    /// Runs the plugin with `input` on its standard input, within the timeout.
-    async fn run(&self, op: &str, input: Vec<u8>) -> Result<Output, ProviderError> {
+    /// Runs the plugin with `input` on its standard input, within the timeout. Also says how
+    /// the request was written, if that is known by the time the plugin exited.
+    async fn run(&self, op: &str, input: Vec<u8>) -> Result<(Output, Option<Fed>), ProviderError> {
         let plugin = self.plugin();
         let mut child = self.command().spawn().map_err(|e| {
             let message = format!("exec provider: starting plugin {plugin} ({op}): {e}");
@@ -372,11 +389,15 @@ impl ExecProvider {
                     let text = String::from_utf8_lossy(&stderr.bytes);
                     tracing::debug!(plugin, op, stderr = %text, "plugin stderr");
                 }
-                Ok(Output {
-                    status,
-                    stdout,
-                    stderr,
-                })
+                let fed = pipes.fed().await;
+                Ok((
+                    Output {
+                        status,
+                        stdout,
+                        stderr,
+                    },
+                    fed,
+                ))
             }
             Ok(Err(e)) => Err(ProviderError::transient(format!(
                 "exec provider: waiting for plugin {plugin} ({op}): {e}"
@@ -406,9 +427,20 @@ impl<T> Drop for Task<T> {
     }
 }
 
+/// How the request went into the plugin's standard input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fed {
+    /// All of it.
+    Whole,
+    /// The plugin closed its end (EPIPE) after `written` bytes.
+    Closed { written: usize },
+    /// Writing failed otherwise.
+    Failed,
+}
+
 /// The plugin's standard streams, each served by a task so that none blocks the others.
 struct Pipes {
-    _stdin: Task<()>,
+    stdin: Task<Fed>,
     stdout: Task<Captured>,
     stderr: Task<Captured>,
 }
@@ -421,9 +453,22 @@ impl Pipes {
             child.stderr.take()?,
         );
         Some(Pipes {
-            _stdin: Task(tokio::spawn(async move {
-                // A plugin may exit without reading all of it (a broken pipe): its answer counts.
-                let _ = stdin.write_all(&input).await;
+            stdin: Task(tokio::spawn(async move {
+                // A plugin may exit without reading all of it (EPIPE; SIGPIPE is ignored, as
+                // in every daemon): its answer, if it gave one, counts.
+                let mut written = 0;
+                while written < input.len() {
+                    match stdin.write(&input[written..]).await {
+                        Ok(0) => return Fed::Closed { written },
+                        Ok(n) => written += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                            return Fed::Closed { written }
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => return Fed::Failed,
+                    }
+                }
+                Fed::Whole
             })),
             stdout: Task(tokio::spawn(read_capped(stdout, STDOUT_LIMIT, false))),
             stderr: Task(tokio::spawn(read_capped(stderr, STDERR_KEEP, true))),
@@ -432,6 +477,15 @@ impl Pipes {
 
     async fn stdout(&mut self) -> Option<Captured> {
         closed(&mut self.stdout).await
+    }
+
+    /// How the request was written; `None` if the writing still blocks after [`PIPE_GRACE`]
+    /// (a process the plugin started holds its standard input without reading).
+    async fn fed(&mut self) -> Option<Fed> {
+        tokio::time::timeout(PIPE_GRACE, &mut self.stdin.0)
+            .await
+            .ok()?
+            .ok()
     }
 
     async fn stderr(&mut self) -> Option<Captured> {
@@ -713,6 +767,79 @@ impl Provider for ExecProvider {
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         let response: InstancesResponse = self.call(Op::List).await?;
         self.instances("list", response)
+    }
+}
+
+/// For the fuzzer (`fuzz/fuzz_targets/exec_answer.rs`): reads a plugin's answer to `op`
+/// (`templates`, `launch` of agent `a-1` on template `small`, `terminate` or `list`) as a call
+/// does, the plugin having exited with `code` after printing `stdout` and `stderr`. It must
+/// never panic, whatever the plugin printed.
+#[doc(hidden)]
+pub fn fuzz_plugin_answer(
+    op: &str,
+    code: i32,
+    stdout: &[u8],
+    stderr: &[u8],
+) -> Result<usize, ProviderError> {
+    use std::os::unix::process::ExitStatusExt;
+    fn parse<T: DeserializeOwned>(
+        p: &ExecProvider,
+        op: &str,
+        v: Value,
+    ) -> Result<T, ProviderError> {
+        serde_path_to_error::deserialize(v.clone()).map_err(|e| {
+            p.invalid(
+                op,
+                &format!("invalid response at {}: {}", e.path(), e.inner()),
+                &v.to_string(),
+            )
+        })
+    }
+    let provider = ExecProvider {
+        options: Options {
+            command: "/fuzz/plugin".into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            secret_env: BTreeMap::new(),
+            timeout_secs: 1,
+        },
+        context: Context {
+            group: "fuzz".into(),
+            manager_url: "http://127.0.0.1:1".into(),
+            templates: Vec::new(),
+            corral_binary: PathBuf::new(),
+            state_dir: PathBuf::new(),
+        },
+    };
+    let output = Output {
+        status: ExitStatus::from_raw((code & 0xff) << 8),
+        stdout: Captured {
+            bytes: stdout.to_vec(),
+            truncated: false,
+        },
+        stderr: Captured {
+            bytes: stderr.to_vec(),
+            truncated: false,
+        },
+    };
+    let value = interpret(&provider.plugin(), op, &output)?;
+    match op {
+        "templates" => provider
+            .offers(parse(&provider, op, value)?)
+            .map(|o| o.len()),
+        "launch" => {
+            let instances = provider.instances(op, parse(&provider, op, value)?)?;
+            let requests = [LaunchRequest {
+                agent_id: "a-1".into(),
+                token: "t".into(),
+            }];
+            provider.check_launched("small", &requests, &instances)?;
+            Ok(instances.len())
+        }
+        "terminate" => parse::<EmptyResponse>(&provider, op, value).map(|_| 0),
+        _ => provider
+            .instances(op, parse(&provider, op, value)?)
+            .map(|i| i.len()),
     }
 }
 

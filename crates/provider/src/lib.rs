@@ -26,18 +26,11 @@ pub mod options;
 pub mod process;
 pub mod static_provider;
 
-pub use options::{ConfigError, ProviderConfig, REDACTED};
+pub use options::{ConfigError, ProviderConfig, ProviderSettings, REDACTED};
 
-/// Tag (AWS) naming the group an instance belongs to; the agent reads it from instance metadata.
-pub const GROUP_TAG: &str = "corral-group";
-/// Tag (AWS) naming the agent id an instance joins as.
-pub const AGENT_TAG: &str = "corral-agent";
-/// Tag (AWS) naming the template an instance was launched from.
-pub const TEMPLATE_TAG: &str = "corral-template";
-/// Kubernetes labels: the same three, in Kubernetes' prefixed form.
-pub const GROUP_LABEL: &str = "corral.io/group";
-pub const AGENT_LABEL: &str = "corral.io/agent";
-pub const TEMPLATE_LABEL: &str = "corral.io/template";
+pub use corral_api::identity::{
+    AGENT_LABEL, AGENT_TAG, GROUP_LABEL, GROUP_TAG, TEMPLATE_LABEL, TEMPLATE_TAG,
+};
 
 /// How a provider call failed, which decides what the manager does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -189,6 +182,51 @@ pub trait Provider: Send + Sync {
     async fn list(&self) -> Result<Vec<Instance>, ProviderError>;
 }
 
+/// A provider's options, read and checked by the provider a name picks: the one place where
+/// a provider's name chooses its code.
+enum Options {
+    Static,
+    Process(process::Options),
+    Docker(docker::Options),
+    Exec(exec::Options),
+    #[cfg(feature = "aws")]
+    Aws(aws::Options),
+    #[cfg(feature = "kubernetes")]
+    Kubernetes(kubernetes::Options),
+}
+
+/// Reads `options` as the options of the provider `name`, naming the offending field on error.
+fn read_options(
+    name: &str,
+    options: &serde_json::Map<String, serde_json::Value>,
+) -> Result<Options, ConfigError> {
+    use options::parse;
+    Ok(match name {
+        "static" => parse::<static_provider::Options>(options).map(|_| Options::Static)?,
+        "process" => Options::Process(parse(options)?),
+        "docker" => Options::Docker(parse(options)?),
+        "exec" => Options::Exec(parse(options)?),
+        #[cfg(feature = "aws")]
+        "aws" => {
+            let o: aws::Options = parse(options)?;
+            o.check()?;
+            Options::Aws(o)
+        }
+        #[cfg(feature = "kubernetes")]
+        "kubernetes" => {
+            let o: kubernetes::Options = parse(options)?;
+            o.check()?;
+            Options::Kubernetes(o)
+        }
+        other => {
+            return Err(ConfigError::new(
+                "provider.name",
+                format!("provider {other:?} is not built into this corral (cargo feature)"),
+            ))
+        }
+    })
+}
+
 /// Builds the provider a configuration names, for one group. Each provider module has an
 /// `Options` type (its options, validated by serde) and `connect(options, context)`.
 pub async fn connect(
@@ -198,47 +236,16 @@ pub async fn connect(
     config
         .validate()
         .map_err(|e| ProviderError::fatal(e.to_string()))?;
-    let fatal = |e: ConfigError| ProviderError::fatal(e.to_string());
-    let options = &config.options;
-    Ok(match config.name.as_str() {
-        "static" => Box::new(static_provider::Static),
-        "process" => {
-            Box::new(process::connect(options::parse(options).map_err(fatal)?, context).await?)
-        }
-        "docker" => {
-            Box::new(docker::connect(options::parse(options).map_err(fatal)?, context).await?)
-        }
-        "exec" => Box::new(exec::connect(options::parse(options).map_err(fatal)?, context).await?),
+    let options = read_options(&config.name, &config.options)
+        .map_err(|e| ProviderError::fatal(e.to_string()))?;
+    Ok(match options {
+        Options::Static => Box::new(static_provider::Static),
+        Options::Process(o) => Box::new(process::connect(o, context).await?),
+        Options::Docker(o) => Box::new(docker::connect(o, context).await?),
+        Options::Exec(o) => Box::new(exec::connect(o, context).await?),
         #[cfg(feature = "aws")]
-        "aws" => Box::new(aws::connect(options::parse(options).map_err(fatal)?, context).await?),
+        Options::Aws(o) => Box::new(aws::connect(o, context).await?),
         #[cfg(feature = "kubernetes")]
-        "kubernetes" => {
-            Box::new(kubernetes::connect(options::parse(options).map_err(fatal)?, context).await?)
-        }
-        other => {
-            return Err(ProviderError::fatal(format!(
-                "provider {other:?} is not built into this corral (cargo feature)"
-            )))
-        }
+        Options::Kubernetes(o) => Box::new(kubernetes::connect(o, context).await?),
     })
-}
-
-/// Checks a (non-static) provider's options without connecting.
-fn validate_options(
-    name: &str,
-    options: &serde_json::Map<String, serde_json::Value>,
-) -> Result<(), ConfigError> {
-    match name {
-        "process" => options::parse::<process::Options>(options).map(drop),
-        "docker" => options::parse::<docker::Options>(options).map(drop),
-        "exec" => options::parse::<exec::Options>(options).map(drop),
-        #[cfg(feature = "aws")]
-        "aws" => options::parse::<aws::Options>(options).and_then(|o| o.check()),
-        #[cfg(feature = "kubernetes")]
-        "kubernetes" => options::parse::<kubernetes::Options>(options).and_then(|o| o.check()),
-        other => Err(ConfigError::new(
-            "provider.name",
-            format!("provider {other:?} is not built into this corral (cargo feature)"),
-        )),
-    }
 }

@@ -1,27 +1,21 @@
 //! What the providers that start programs on this host share (`process`, `docker`, `exec`): the
 //! agent's command line and environment built from a launch request, the identity of a process
-//! in `/proc` (pid plus start time, so a reused pid is not mistaken for an agent), signals to
-//! process groups and sessions with a bounded escalation to SIGKILL, files replaced atomically,
-//! and the option checks they have in common.
+//! in `/proc` (pid plus start time, so a reused pid is not mistaken for an agent), stopping the
+//! process groups of a session (with the runtime's escalation to SIGKILL), and the option
+//! checks they have in common.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
-use std::path::Path;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::{Context, Instance, LaunchRequest, ProviderError, TemplateOffer, TEMPLATE_LABEL};
 
-/// The environment variables an agent reads its settings from (see `corral agent --help`).
-pub(crate) const ENV_SERVER: &str = "CORRAL_SERVER";
-pub(crate) const ENV_TOKEN: &str = "CORRAL_TOKEN";
-pub(crate) const ENV_GROUP: &str = "CORRAL_AGENT_GROUP";
-pub(crate) const ENV_ID: &str = "CORRAL_AGENT_ID";
-pub(crate) const ENV_CAPACITY: &str = "CORRAL_AGENT_CAPACITY";
-/// The variables a provider sets itself, which operators' extra variables may not replace.
-pub(crate) const AGENT_ENV: [&str; 5] = [ENV_SERVER, ENV_TOKEN, ENV_GROUP, ENV_ID, ENV_CAPACITY];
+pub(crate) use corral_api::identity::{
+    AGENT_ENV, ENV_CAPACITY, ENV_GROUP, ENV_ID, ENV_SERVER, ENV_TOKEN,
+};
 
 /// How the agent runs its sessions (`corral agent --runtime`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,40 +174,37 @@ pub(crate) use corral_runtime::procfs::{
     is_same_live_process, session_groups, signal_group, stat as proc_stat,
 };
 
-/// How often a stopping session is looked at.
-const POLL: Duration = Duration::from_millis(50);
 /// How long processes get to vanish after SIGKILL (they cannot ignore it).
 const AFTER_KILL: Duration = Duration::from_secs(2);
 
 /// Stops every process group of the session `sid`: SIGTERM, up to `grace` for them to exit,
-/// then SIGKILL (again at each look, for processes forked meanwhile). Bounded by `grace` plus
-/// two seconds; fails if live members remain after that.
+/// then SIGKILL (see `corral_runtime::terminate_then_kill`). Bounded by `grace` plus two
+/// seconds; fails if live members remain after that.
 pub(crate) async fn stop_session(sid: i32, grace: Duration) -> io::Result<()> {
-    let signal_all = |signal: i32| {
-        session_groups(sid)
-            .into_iter()
-            .try_for_each(|pgid| signal_group(pgid, signal))
-    };
-    signal_all(libc::SIGTERM)?;
-    let deadline = tokio::time::Instant::now() + grace;
-    while tokio::time::Instant::now() < deadline {
-        if session_groups(sid).is_empty() {
-            return Ok(());
-        }
-        tokio::time::sleep(POLL).await;
+    let mut failed = None;
+    let left = corral_runtime::terminate_then_kill(
+        |signal| {
+            let groups = session_groups(sid);
+            if let Some(signal) = signal {
+                for &pgid in &groups {
+                    if let Err(e) = signal_group(pgid, signal) {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            std::future::ready(groups.into_iter().collect())
+        },
+        grace,
+        AFTER_KILL,
+    )
+    .await;
+    match (left.is_empty(), failed) {
+        (true, _) => Ok(()),
+        (false, Some(e)) => Err(e),
+        (false, None) => Err(io::Error::other(format!(
+            "process groups {left:?} of session {sid} are still alive after SIGKILL"
+        ))),
     }
-    let deadline = tokio::time::Instant::now() + AFTER_KILL;
-    while tokio::time::Instant::now() < deadline {
-        if session_groups(sid).is_empty() {
-            return Ok(());
-        }
-        signal_all(libc::SIGKILL)?;
-        tokio::time::sleep(POLL).await;
-    }
-    Err(io::Error::other(format!(
-        "process groups {:?} of session {sid} are still alive after SIGKILL",
-        session_groups(sid)
-    )))
 }
 
 /// Kills a process group with SIGKILL when dropped, unless disarmed: a call whose future is
@@ -239,28 +230,6 @@ impl Drop for KillGroupOnDrop {
             let _ = signal_group(pgid, libc::SIGKILL);
         }
     }
-}
-
-/// Replaces `path` with `bytes` so that readers see the old or the new content, never a part:
-/// writes a temporary file beside it, syncs it, and renames it over `path`.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    use std::io::Write;
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no file name"))?;
-    let mut tmp_name = name.to_os_string();
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
 }
 
 /// Option fields checked while they are read, so that configuration errors name the field.
@@ -388,15 +357,5 @@ mod tests {
             token: "t".into(),
         };
         assert!(AgentSpec::new(&context(), "small", &bad).is_err());
-    }
-
-    #[test]
-    fn atomic_writes_replace_whole_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("instance.json");
-        write_atomic(&path, b"one").unwrap();
-        write_atomic(&path, b"two").unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"two");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 }

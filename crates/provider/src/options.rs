@@ -2,13 +2,10 @@
 //! manager applies to it. Options are validated by the provider they belong to; secrets (keys a
 //! provider declares) are never echoed back.
 
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use corral_core::LaunchSettings;
-
-/// What an API answer shows in place of a secret; sent back unchanged, it keeps the stored value.
-pub const REDACTED: &str = "********";
+pub use corral_api::{ProviderConfig, REDACTED};
 
 /// The providers Corral knows, with the option keys that hold secrets.
 const PROVIDERS: &[(&str, &[&str])] = &[
@@ -20,30 +17,6 @@ const PROVIDERS: &[(&str, &[&str])] = &[
     // A plugin's `secret_env` holds what it needs to reach its vendor.
     ("exec", &["secret_env"]),
 ];
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    /// `static`, `process`, `docker`, `aws`, `kubernetes` or `exec`.
-    pub name: String,
-    /// The provider's own options (see docs/configuration.md).
-    #[serde(default)]
-    pub options: Map<String, Value>,
-    /// Backoff, launch budget, provisioning timeout and reconciliation.
-    #[serde(default)]
-    pub launch: LaunchSettings,
-}
-
-impl Default for ProviderConfig {
-    /// A group without a provider is `static`: agents join by hand.
-    fn default() -> Self {
-        ProviderConfig {
-            name: "static".into(),
-            options: Map::new(),
-            launch: LaunchSettings::default(),
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -62,9 +35,24 @@ impl ConfigError {
     }
 }
 
-impl ProviderConfig {
+/// What the provider crate knows of a provider configuration: whether it holds, which of its
+/// options are secrets, and how they are hidden in answers and kept when sent back.
+pub trait ProviderSettings: Sized {
     /// Checks the provider is known, its options are what it takes, and the launch settings hold.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), ConfigError>;
+    /// The configuration as an API answer shows it: every secret replaced by [`REDACTED`].
+    fn redacted(&self) -> ProviderConfig;
+    /// A configuration sent back after reading: [`REDACTED`] values keep what `stored` holds (for
+    /// the same provider). Any that stay redacted make [`ProviderSettings::validate`] fail.
+    fn keep_secrets_of(self, stored: &ProviderConfig) -> ProviderConfig;
+    /// The secret values, each with its name (`secret_access_key`, `secret_env.API_KEY`), for
+    /// the manager to seal at rest and open again.
+    fn secrets_mut(&mut self) -> Vec<(String, &mut String)>;
+}
+
+impl ProviderSettings for ProviderConfig {
+    /// Checks the provider is known, its options are what it takes, and the launch settings hold.
+    fn validate(&self) -> Result<(), ConfigError> {
         if secrets_of(&self.name).is_none() {
             let known: Vec<&str> = PROVIDERS.iter().map(|(n, _)| *n).collect();
             return Err(ConfigError::new(
@@ -89,14 +77,11 @@ impl ProviderConfig {
                 format!("{REDACTED} stands for a stored secret; this group has none to keep"),
             ));
         }
-        match self.name.as_str() {
-            "static" => parse::<crate::static_provider::Options>(&self.options).map(drop),
-            other => crate::validate_options(other, &self.options),
-        }
+        crate::read_options(&self.name, &self.options).map(drop)
     }
 
     /// The configuration as an API answer shows it: every secret replaced by [`REDACTED`].
-    pub fn redacted(&self) -> ProviderConfig {
+    fn redacted(&self) -> ProviderConfig {
         let mut shown = self.clone();
         for key in secrets_of(&self.name).unwrap_or_default() {
             if let Some(value) = shown.options.get_mut(*key) {
@@ -115,7 +100,7 @@ impl ProviderConfig {
 
     /// A configuration sent back after reading: [`REDACTED`] values keep what `stored` holds (for
     /// the same provider). Any that stay redacted make [`ProviderConfig::validate`] fail.
-    pub fn keep_secrets_of(mut self, stored: &ProviderConfig) -> ProviderConfig {
+    fn keep_secrets_of(mut self, stored: &ProviderConfig) -> ProviderConfig {
         if stored.name != self.name {
             return self;
         }
@@ -139,6 +124,30 @@ impl ProviderConfig {
             }
         }
         self
+    }
+    /// The secret values, each with its name (`secret_access_key`, `secret_env.API_KEY`), for
+    /// the manager to seal at rest and open again. Values that are not strings are no secret a
+    /// provider takes ([`ProviderConfig::validate`] refuses them) and are left out.
+    fn secrets_mut(&mut self) -> Vec<(String, &mut String)> {
+        let secrets = secrets_of(&self.name).unwrap_or_default();
+        let mut found = Vec::new();
+        for (key, value) in self.options.iter_mut() {
+            if !secrets.contains(&key.as_str()) {
+                continue;
+            }
+            match value {
+                Value::String(s) => found.push((key.clone(), s)),
+                Value::Object(map) => {
+                    for (name, v) in map.iter_mut() {
+                        if let Value::String(s) = v {
+                            found.push((format!("{key}.{name}"), s));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        found
     }
 }
 

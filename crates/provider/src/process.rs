@@ -234,7 +234,7 @@ impl ProcessProvider {
         };
         let json = serde_json::to_vec_pretty(&record).map_err(|e| failed(e.into()))?;
         let path = self.agent_dir(&spec.agent_id).join(INSTANCE_FILE);
-        local::write_atomic(&path, &json).map_err(failed)?;
+        corral_runtime::write_atomic(&path, &json).map_err(failed)?;
         Ok(record)
     }
 

@@ -15,6 +15,7 @@ use aws_sdk_ec2::types::{
 use corral_core::InstanceTemplate;
 use corral_provider::aws::testing::Moto;
 use corral_provider::aws::{SERVER_TAG, TOKEN_TAG};
+use corral_provider::ProviderSettings as _;
 use corral_provider::{
     Context, ErrorClass, Instance, InstanceState, LaunchRequest, Provider, ProviderConfig,
     ProviderError, AGENT_TAG, GROUP_TAG, TEMPLATE_TAG,

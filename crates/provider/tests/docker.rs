@@ -1,6 +1,6 @@
 //! The `docker` provider against the local Docker daemon, with agent images built here by
 //! `build_agent_image` (nothing can be pulled). Tests that need the daemon skip with a message
-//! when it does not answer, unless CI=true (then they fail).
+//! when it does not answer, unless CI=true (then they fail, by corral_testkit's skip policy).
 
 mod support;
 
@@ -11,7 +11,9 @@ use std::time::Duration;
 use bollard::query_parameters::{LogsOptionsBuilder, RemoveImageOptionsBuilder};
 use bollard::Docker;
 use corral_provider::docker::{build_agent_image, client};
+use corral_provider::ProviderSettings as _;
 use corral_provider::{connect, ErrorClass, Instance, InstanceState, Provider, ProviderConfig};
+use corral_testkit::{eventually_async, RemoveContainers};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use support::*;
@@ -22,24 +24,15 @@ use support::*;
 const TEST_IMAGE: &str = "corral-provider-test-agent:1";
 const STAND_IN_CORRAL: &str = "/usr/bin/env";
 
-/// The local daemon, or `None` (with a message) when it does not answer outside CI.
-async fn docker_or_skip(test: &str) -> Option<Docker> {
-    let reached = tokio::time::timeout(Duration::from_secs(10), client(None)).await;
-    match reached {
-        Ok(Ok(docker)) => Some(docker),
-        failed => {
-            let why = match failed {
-                Ok(Err(e)) => e.to_string(),
-                _ => "no answer in 10 s".into(),
-            };
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "{test}: the Docker daemon is needed on CI: {why}"
-            );
-            eprintln!("skipping {test}: no Docker daemon ({why})");
-            None
-        }
-    }
+/// The local daemon, or `None` when it does not answer: the test is skipped, saying so (and
+/// fails instead under `CI=true`).
+async fn docker_or_skip() -> Option<Docker> {
+    let reached = match tokio::time::timeout(Duration::from_secs(10), client(None)).await {
+        Ok(Ok(docker)) => Ok(docker),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer in 10 s".to_string()),
+    };
+    corral_testkit::require_ok("a Docker daemon", reached)
 }
 
 /// Builds [`TEST_IMAGE`] once per test run (tests run in parallel).
@@ -55,26 +48,8 @@ async fn test_image(docker: &Docker) {
 }
 
 /// Removes a group's containers when dropped, also after a failed assertion.
-struct Cleanup(&'static str);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let filter = format!("label=corral.io/group={}", self.0);
-        let Ok(out) = std::process::Command::new("docker")
-            .args(["ps", "-aq", "--filter", &filter])
-            .output()
-        else {
-            return;
-        };
-        let ids = String::from_utf8_lossy(&out.stdout).to_string();
-        let ids: Vec<&str> = ids.split_whitespace().collect();
-        if !ids.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f"])
-                .args(&ids)
-                .output();
-        }
-    }
+fn cleanup(group: &str) -> RemoveContainers {
+    RemoveContainers::new(format!("label=corral.io/group={group}"))
 }
 
 async fn provider(group: &str, options: Value) -> Box<dyn Provider> {
@@ -98,25 +73,31 @@ async fn logs(docker: &Docker, id: &str) -> String {
     text
 }
 
-/// Lists until `done` holds for the list (containers change state on their own), or 15 s.
-async fn list_until(p: &dyn Provider, done: impl Fn(&[Instance]) -> bool) -> Vec<Instance> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
+/// Lists until `done` holds for the list (containers change state on their own), 15 s at most.
+async fn list_until(
+    what: &str,
+    p: &dyn Provider,
+    done: impl Fn(&[Instance]) -> bool,
+) -> Vec<Instance> {
+    let done = &done;
+    eventually_async(what, Duration::from_secs(15), move || async move {
         let listed = p.list().await.unwrap();
-        if done(&listed) || tokio::time::Instant::now() > deadline {
-            return listed;
+        if done(&listed) {
+            Ok(listed)
+        } else {
+            Err(format!("{listed:?}"))
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
 async fn agents_run_in_containers_of_an_image_built_from_a_dynamic_binary() {
     const GROUP: &str = "provider-test-docker-run";
-    let Some(docker) = docker_or_skip("agents_run_in_containers").await else {
+    let Some(docker) = docker_or_skip().await else {
         return;
     };
-    let _cleanup = Cleanup(GROUP);
+    let _cleanup = cleanup(GROUP);
     test_image(&docker).await;
     let p = provider(
         GROUP,
@@ -159,17 +140,19 @@ async fn agents_run_in_containers_of_an_image_built_from_a_dynamic_binary() {
 
     // The dynamic `corral` ran and started busybox's shell, which saw the settings.
     let first = &launched[0].id;
-    let mut output = String::new();
-    for _ in 0..100 {
-        output = logs(&docker, first).await;
-        if !output.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let docker = &docker;
+    let output = eventually_async(
+        "the agent's output",
+        Duration::from_secs(10),
+        || async move {
+            let output = logs(docker, first).await;
+            (!output.is_empty()).then_some(output)
+        },
+    )
+    .await;
     assert_eq!(output.trim(), format!("agent d-1 of {GROUP} up"));
 
-    let listed = list_until(&*p, |l| l.len() == 2).await;
+    let listed = list_until("both agents running", &*p, |l| l.len() == 2).await;
     let mut seen: Vec<_> = listed
         .iter()
         .map(|i| (i.agent_id.clone().unwrap(), i.template.clone(), i.state))
@@ -213,10 +196,10 @@ async fn agents_run_in_containers_of_an_image_built_from_a_dynamic_binary() {
 #[tokio::test]
 async fn the_default_command_starts_the_agent_and_exited_containers_are_gone() {
     const GROUP: &str = "provider-test-docker-default";
-    let Some(docker) = docker_or_skip("the_default_command").await else {
+    let Some(docker) = docker_or_skip().await else {
         return;
     };
-    let _cleanup = Cleanup(GROUP);
+    let _cleanup = cleanup(GROUP);
     test_image(&docker).await;
     let p = provider(GROUP, json!({"image": TEST_IMAGE})).await;
     let launched = p.launch("large", &requests(&["d-3"])).await.unwrap();
@@ -237,7 +220,10 @@ async fn the_default_command_starts_the_agent_and_exited_containers_are_gone() {
         ]
     );
     // `env agent ...` finds no program `agent`: the container exits and is listed as gone.
-    let listed = list_until(&*p, |l| l.iter().all(|i| i.state == InstanceState::Gone)).await;
+    let listed = list_until("the exited container listed gone", &*p, |l| {
+        l.iter().all(|i| i.state == InstanceState::Gone)
+    })
+    .await;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, InstanceState::Gone);
     assert_eq!(listed[0].agent_id.as_deref(), Some("d-3"));
@@ -248,10 +234,10 @@ async fn the_default_command_starts_the_agent_and_exited_containers_are_gone() {
 #[tokio::test]
 async fn a_missing_image_is_fatal_and_names_the_image() {
     const GROUP: &str = "provider-test-docker-missing";
-    let Some(docker) = docker_or_skip("a_missing_image").await else {
+    let Some(docker) = docker_or_skip().await else {
         return;
     };
-    let _cleanup = Cleanup(GROUP);
+    let _cleanup = cleanup(GROUP);
     let image = "corral-provider-test-missing:0";
     let _ = docker
         .remove_image(image, Some(RemoveImageOptionsBuilder::new().build()), None)
@@ -269,10 +255,10 @@ async fn a_missing_image_is_fatal_and_names_the_image() {
 #[tokio::test]
 async fn containers_of_other_groups_are_not_terminated() {
     const GROUP: &str = "provider-test-docker-mine";
-    let Some(docker) = docker_or_skip("containers_of_other_groups").await else {
+    let Some(docker) = docker_or_skip().await else {
         return;
     };
-    let _cleanup = Cleanup(GROUP);
+    let _cleanup = cleanup(GROUP);
     test_image(&docker).await;
     let mine = provider(
         GROUP,

@@ -14,6 +14,7 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use corral_core::{InstanceTemplate, Slots};
+use corral_provider::ProviderSettings as _;
 use corral_provider::{
     connect, Context, ErrorClass, Instance, InstanceState, LaunchRequest, Provider, ProviderConfig,
     ProviderError,

@@ -3,11 +3,14 @@
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use corral_provider::ProviderSettings as _;
 use corral_provider::{
     connect, ErrorClass, InstanceState, Provider, ProviderConfig, TemplateOffer,
 };
+use corral_runtime::procfs;
+use corral_testkit::{eventually_async, KillLeftovers};
 use serde_json::json;
 use support::*;
 
@@ -20,6 +23,8 @@ async fn provider(state: &Path, binary: &Path, options: serde_json::Value) -> Bo
 }
 
 struct Setup {
+    /// Kills what the test started, also when it fails; before the directory goes.
+    _leftovers: KillLeftovers,
     _dir: tempfile::TempDir,
     state: std::path::PathBuf,
     binary: std::path::PathBuf,
@@ -29,6 +34,7 @@ fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let binary = script(&dir.path().join("corral"), STAND_IN_AGENT);
     Setup {
+        _leftovers: KillLeftovers::new(dir.path()),
         state: dir.path().join("state"),
         binary,
         _dir: dir,
@@ -64,7 +70,7 @@ async fn agents_get_their_flags_and_token_and_are_found_again_after_a_restart() 
         && i.agent_id.as_deref() == Some(i.id.as_str())));
 
     let log = s.state.join("a-1/agent.log");
-    let (pid, child) = stand_in_pids(&log);
+    let (pid, child) = stand_in_pids(&log).await;
     let work_dir = s.state.join("a-1/work");
     assert_eq!(
         log_values(&log, "arg"),
@@ -91,17 +97,14 @@ async fn agents_get_their_flags_and_token_and_are_found_again_after_a_restart() 
     assert_eq!(log_values(&log, "token"), ["token-of-a-1"]);
     assert!(!cmdline(pid).contains("token-of"), "{}", cmdline(pid));
     // It leads a session and process group of its own, with its child in the group.
-    let stat = stat_fields(pid).unwrap();
-    assert_eq!(
-        (stat[2].as_str(), stat[3].as_str()),
-        (&*pid.to_string(), &*pid.to_string())
-    );
-    assert_eq!(stat_fields(child).unwrap()[2], pid.to_string());
+    let stat = procfs::stat(pid).unwrap();
+    assert_eq!((stat.pgrp, stat.session), (pid, pid));
+    assert_eq!(procfs::stat(child).unwrap().pgrp, pid);
 
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(s.state.join("a-1/instance.json")).unwrap()).unwrap();
     assert_eq!(record["pid"], pid);
-    assert_eq!(record["start_time"].to_string(), stat[19]);
+    assert_eq!(record["start_time"], stat.start_time);
     assert_eq!(record["template"], "small");
     assert_eq!(record["agent_id"], "a-1");
 
@@ -110,26 +113,25 @@ async fn agents_get_their_flags_and_token_and_are_found_again_after_a_restart() 
 
     // A restarted manager: a new provider on the same state directory finds the same agents and
     // stops them, children included, without leaving zombies.
-    let (pid2, child2) = stand_in_pids(&s.state.join("a-2/agent.log"));
+    let (pid2, child2) = stand_in_pids(&s.state.join("a-2/agent.log")).await;
     let restarted = provider(&s.state, &s.binary, json!({})).await;
     assert_eq!(restarted.list().await.unwrap(), launched);
-    let started = Instant::now();
     restarted
         .terminate(&["a-1".into(), "a-2".into(), "never-was".into()])
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(4),
-        "{:?}",
-        started.elapsed()
-    );
     for gone in [pid, child, pid2, child2] {
         assert!(!is_live(gone), "process {gone} survived terminate");
     }
-    assert!(
-        wait_until(Duration::from_secs(5), || is_reaped(pid) && is_reaped(pid2)),
-        "the agents were not reaped"
-    );
+    // Asked with SIGTERM, they ended on it: no SIGKILL was needed.
+    for agent in ["a-1", "a-2"] {
+        let log = s.state.join(agent).join("agent.log");
+        assert_eq!(log_values(&log, "stopped"), ["TERM"], "{agent}");
+    }
+    eventually_async("the agents to be reaped", Duration::from_secs(5), || {
+        std::future::ready(is_reaped(pid) && is_reaped(pid2))
+    })
+    .await;
     assert!(restarted.list().await.unwrap().is_empty());
     assert!(!s.state.join("a-1/instance.json").exists());
     assert!(log.exists(), "the log is kept");
@@ -148,7 +150,7 @@ async fn terminate_stops_the_agents_sessions_and_escalates_to_sigkill() {
     .await;
     p.launch("large", &requests(&["stubborn"])).await.unwrap();
     let log = s.state.join("stubborn/agent.log");
-    let (pid, child) = stand_in_pids(&log);
+    let (pid, child) = stand_in_pids(&log).await;
     let session: i32 = log_values(&log, "session")[0].parse().unwrap();
     let args = log_values(&log, "arg");
     assert_eq!(
@@ -156,19 +158,20 @@ async fn terminate_stops_the_agents_sessions_and_escalates_to_sigkill() {
         ["--runtime", "docker", "--stubborn", "--with-session"]
     );
     // The "session" leads a process group of its own in the agent's session.
-    assert!(wait_until(Duration::from_secs(5), || stat_fields(session)
-        .is_some_and(
-            |f| f[2] == session.to_string() && f[3] == pid.to_string()
-        )));
+    eventually_async("the session's own group", Duration::from_secs(5), || {
+        std::future::ready(
+            procfs::stat(session).is_some_and(|s| s.pgrp == session && s.session == pid),
+        )
+    })
+    .await;
     assert!(args.contains(&"cpu=4,mem=8GiB".to_string()), "{args:?}");
 
-    let started = Instant::now();
     p.terminate(&["stubborn".into()]).await.unwrap();
-    let took = started.elapsed();
-    assert!(
-        took >= Duration::from_secs(5) && took < Duration::from_secs(8),
-        "SIGKILL after the 5 s grace, took {took:?}"
-    );
+    // It was asked with SIGTERM first, and went on...
+    assert_eq!(log_values(&log, "ignored"), ["TERM"]);
+    assert!(log_values(&log, "stopped").is_empty());
+    // ...so SIGKILL, after the grace, ended it, its child and its session, which all ignore
+    // SIGTERM.
     assert!(!is_live(pid) && !is_live(child));
     assert!(!is_live(session), "a session of the agent survived");
     assert!(p.list().await.unwrap().is_empty());
@@ -179,10 +182,13 @@ async fn an_agent_killed_by_hand_is_listed_gone_and_its_leftovers_are_stopped() 
     let s = setup();
     let p = provider(&s.state, &s.binary, json!({})).await;
     p.launch("small", &requests(&["victim"])).await.unwrap();
-    let (pid, child) = stand_in_pids(&s.state.join("victim/agent.log"));
+    let (pid, child) = stand_in_pids(&s.state.join("victim/agent.log")).await;
 
     kill(pid, libc::SIGKILL);
-    assert!(wait_until(Duration::from_secs(5), || !is_live(pid)));
+    eventually_async("the agent to die", Duration::from_secs(5), || {
+        std::future::ready(!is_live(pid))
+    })
+    .await;
     let listed = p.list().await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].state, InstanceState::Gone);

@@ -21,13 +21,18 @@
 //! [`Exit::Failed`]. A `RuntimeError` means the request was invalid or the host could not do
 //! what was asked (a directory could not be made, the Docker daemon did not answer).
 
+mod atomic;
 mod capacity;
 mod cgroup;
 mod docker;
+mod escalate;
 mod outputs;
 mod process;
 pub mod procfs;
+/// The busybox test image, for tests of this crate and its users (the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod tracking;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,9 +40,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use atomic::write_atomic;
 pub use capacity::{detect_capacity, Capacity, Gpu, DEFAULT_NVIDIA_SMI};
 pub use docker::{DockerRuntime, LABEL_AGENT, LABEL_SESSION};
-pub use process::{ProcessConfig, ProcessRuntime, DEFAULT_PATH};
+pub use escalate::terminate_then_kill;
+pub use process::{become_subreaper, ProcessConfig, ProcessRuntime, DEFAULT_PATH, LEFTOVER_GRACE};
+pub use tracking::{COOKIE_VAR, ID_VAR};
 
 /// What to run: one session as the agent received it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,7 +56,8 @@ pub struct SessionSpec {
     pub command: Vec<String>,
     /// Docker image; ignored by the process runtime.
     pub image: Option<String>,
-    /// The session's environment; the process runtime adds only `PATH` and `HOME` if absent.
+    /// The session's environment; the process runtime adds `PATH` and `HOME` if absent, and
+    /// [`ID_VAR`] and [`COOKIE_VAR`] (which mark its processes) always.
     pub environment: BTreeMap<String, String>,
     /// Resource limits.
     pub limits: Limits,
@@ -242,8 +251,10 @@ impl Runtime {
         }
     }
 
-    /// Stops the session: SIGTERM to its whole process group or container, SIGKILL after
-    /// `grace`. Returns once it ended; stopping an ended session does nothing.
+    /// Stops the session: SIGTERM to all its processes (the process runtime: its process group,
+    /// cgroup and the processes that carry its cookie or descend from it) or its container,
+    /// SIGKILL after `grace`. Returns once it ended, nothing of it left running; stopping an
+    /// ended session does nothing.
     pub async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         match self {
             Runtime::Process(r) => r.stop(id, grace).await,

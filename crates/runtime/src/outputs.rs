@@ -2,36 +2,28 @@
 
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::{RuntimeError, SessionSpec};
 
-/// The normal form of an output path: relative, inside the work directory, with no `.` parts.
+/// An output path as a session path (`corral_core::paths`): one that leads out of the work
+/// directory is refused as escaping, any other malformed one as an invalid spec.
 pub(crate) fn relative_output(id: &str, path: &str) -> Result<PathBuf, RuntimeError> {
-    let escapes = || RuntimeError::OutputEscapes {
-        id: id.to_string(),
-        path: path.to_string(),
-    };
-    if path.contains('\0') {
-        return Err(escapes());
-    }
-    let mut out = PathBuf::new();
-    for component in Path::new(path).components() {
-        match component {
-            Component::Normal(part) => out.push(part),
-            Component::CurDir => {}
-            Component::ParentDir | Component::RootDir | Component::Prefix(_) => {
-                return Err(escapes())
+    corral_core::paths::session_path(path)
+        .map(Path::to_path_buf)
+        .map_err(|why| {
+            if why.leaves() {
+                RuntimeError::OutputEscapes {
+                    id: id.to_string(),
+                    path: path.to_string(),
+                }
+            } else {
+                RuntimeError::InvalidSpec {
+                    id: id.to_string(),
+                    reason: format!("output {path:?} {why}"),
+                }
             }
-        }
-    }
-    if out.as_os_str().is_empty() {
-        return Err(RuntimeError::InvalidSpec {
-            id: id.to_string(),
-            reason: format!("output {path:?} names no file in the work directory"),
-        });
-    }
-    Ok(out)
+        })
 }
 
 /// Checks every output path of a spec, so nothing is copied unless all are acceptable.
@@ -155,12 +147,17 @@ mod tests {
                 "{bad:?} accepted"
             );
         }
-        assert!(matches!(
-            relative_output("s", "."),
-            Err(RuntimeError::InvalidSpec { .. })
-        ));
+        for malformed in [".", "./a/./b.txt", "a//b", ""] {
+            assert!(
+                matches!(
+                    relative_output("s", malformed),
+                    Err(RuntimeError::InvalidSpec { .. })
+                ),
+                "{malformed:?} accepted"
+            );
+        }
         assert_eq!(
-            relative_output("s", "./a/./b.txt").unwrap(),
+            relative_output("s", "a/b.txt").unwrap(),
             PathBuf::from("a/b.txt")
         );
     }

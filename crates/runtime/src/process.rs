@@ -1,11 +1,17 @@
 //! The process runtime: a session is a process group on this host.
 //!
 //! The session's program runs in its own process group (so a stop reaches its children), in
-//! the work directory, with exactly the spec's environment plus `PATH` and `HOME`, stdin from
-//! `/dev/null` and stdout/stderr into the log files. Limits go through a cgroup v2
-//! `corral-<id>` when the hierarchy is writable, else through `RLIMIT_AS` (memory only; no CPU
-//! limit). When the program ends, whatever it left running in its group or cgroup is killed, as
-//! Docker does when a container's first process ends.
+//! the work directory, with exactly the spec's environment plus `PATH` and `HOME` (if it sets
+//! none) and `CORRAL_SESSION_ID` and `CORRAL_SESSION_COOKIE` (always), stdin from `/dev/null`
+//! and stdout/stderr into the log files. Limits go through a cgroup v2 `corral-<id>` when the
+//! hierarchy is writable, else through `RLIMIT_AS` (memory only; no CPU limit).
+//!
+//! A session ends when its program ends: whatever it left running is then killed (SIGTERM,
+//! SIGKILL after [`LEFTOVER_GRACE`]), as Docker does when a container's first process ends,
+//! and only then is the exit reported. Its processes are those of its cgroup, if it has one
+//! (all of them), and those [`crate::tracking`] finds: the cookie in their environment, its
+//! process group, their descent; `setsid` and double forks do not escape. `stop` signals the
+//! same set.
 //!
 //! `pid.json` in the session directory records the pid, its start time (from
 //! `/proc/<pid>/stat`, so a reused pid is not mistaken for the session) and the cgroup, so a
@@ -20,7 +26,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +37,7 @@ use tokio::task::AbortHandle;
 use crate::cgroup::{CgroupParent, SessionCgroup};
 use crate::outputs::copy_outputs;
 use crate::procfs;
+use crate::tracking::{self, Mark, Tracker, COOKIE_VAR, ID_VAR};
 use crate::{validate_spec, Exit, RuntimeError, SessionPaths, SessionSpec};
 
 /// `PATH` given to sessions whose environment sets none.
@@ -39,7 +46,10 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 /// The record of a running session in its directory.
 const PID_FILE: &str = "pid.json";
 
-/// How long the end of a session waits for its leftover processes to die.
+/// How long processes a session left behind get to exit after SIGTERM.
+pub const LEFTOVER_GRACE: Duration = Duration::from_secs(2);
+
+/// How long the end of a session waits for its leftover processes to die after SIGKILL.
 const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
 
 /// How long `stop` waits after SIGKILL.
@@ -79,6 +89,24 @@ struct ProcessRecord {
     start_time: u64,
     /// Its cgroup, if it has one.
     cgroup: Option<PathBuf>,
+    /// The value of `CORRAL_SESSION_COOKIE` its processes carry (absent in records written
+    /// before there was one).
+    #[serde(default)]
+    cookie: Option<String>,
+}
+
+impl ProcessRecord {
+    fn mark(&self) -> Mark {
+        Mark {
+            leader: self.pid,
+            leader_start: self.start_time,
+            cookie: self.cookie.clone(),
+        }
+    }
+
+    fn cgroup(&self) -> Option<SessionCgroup> {
+        self.cgroup.clone().map(|path| SessionCgroup { path })
+    }
 }
 
 /// A session this runtime knows.
@@ -104,6 +132,9 @@ pub struct ProcessRuntime {
     config: ProcessConfig,
     cgroups: Option<CgroupParent>,
     sessions: Mutex<HashMap<String, Tracked>>,
+    tracker: Arc<Tracker>,
+    /// The task that looks at running sessions' processes, once one runs.
+    looking: OnceLock<AbortHandle>,
 }
 
 impl ProcessRuntime {
@@ -125,7 +156,31 @@ impl ProcessRuntime {
             config,
             cgroups,
             sessions: Mutex::new(HashMap::new()),
+            tracker: Arc::new(Tracker::default()),
+            looking: OnceLock::new(),
         }
+    }
+
+    /// Starts the periodic look at running sessions' processes (from within the async
+    /// runtime, so at a start or an adoption).
+    fn keep_looking(&self) {
+        self.looking.get_or_init(|| {
+            let tracker = Arc::clone(&self.tracker);
+            let task = tokio::spawn(async move {
+                let mut every = tokio::time::interval(tracking::LOOK_INTERVAL);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    every.tick().await;
+                    if tracker.is_empty() {
+                        continue;
+                    }
+                    let tracker = Arc::clone(&tracker);
+                    // /proc is read with blocking calls.
+                    let _ = tokio::task::spawn_blocking(move || tracker.look()).await;
+                }
+            });
+            task.abort_handle()
+        });
     }
 
     /// The cgroup v2 directory sessions' cgroups are made in, if limits go through cgroups.
@@ -201,6 +256,7 @@ impl ProcessRuntime {
             );
         }
 
+        let cookie = tracking::new_cookie();
         let mut command = Command::new(program);
         command
             .args(&spec.command[1..])
@@ -209,6 +265,9 @@ impl ProcessRuntime {
             .env("PATH", &self.config.path)
             .env("HOME", &work)
             .envs(&spec.environment)
+            // After the spec's: a session cannot pose as another.
+            .env(ID_VAR, id)
+            .env(COOKIE_VAR, &cookie)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -269,6 +328,7 @@ impl ProcessRuntime {
             pid,
             start_time,
             cgroup: cgroup.as_ref().map(|c| c.path.clone()),
+            cookie: Some(cookie),
         };
         let pid_file = paths.dir.join(PID_FILE);
         if let Err(e) = write_record(&pid_file, &record) {
@@ -276,12 +336,15 @@ impl ProcessRuntime {
         }
         tracing::info!(session = id, pid, cgroup = ?record.cgroup, mem_rlimit = ?rlimit_as, "session started");
 
+        self.tracker.watch(id, record.mark());
+        self.keep_looking();
         let (tx, exit) = watch::channel(None);
         let task = tokio::spawn(watch_child(
             id.to_string(),
             child,
             record.clone(),
             pid_file,
+            Arc::clone(&self.tracker),
             tx,
         ));
         self.sessions().insert(
@@ -305,8 +368,9 @@ impl ProcessRuntime {
         })
     }
 
-    /// See [`crate::Runtime::stop`]. The grace applies to the session's first process: once
-    /// it ended, what is left of its group is killed at once.
+    /// See [`crate::Runtime::stop`]. SIGTERM goes to every process of the session (see the
+    /// module); the grace applies to the session's first process: once it ended, what is left
+    /// gets [`LEFTOVER_GRACE`] more, and `grace` bounds the whole.
     pub async fn stop(&self, id: &str, grace: Duration) -> Result<(), RuntimeError> {
         let tracked = self.tracked(id)?;
         let Some(record) = tracked.process.clone() else {
@@ -315,11 +379,8 @@ impl ProcessRuntime {
         if tracked.ended() {
             return Ok(());
         }
-        let cgroup = record.cgroup.clone().map(|path| SessionCgroup { path });
-        if procfs::is_same_live_process(record.pid, record.start_time) {
-            tracing::info!(session = id, pid = record.pid, "stopping session (SIGTERM)");
-            signal_session(record.pid, cgroup.as_ref(), libc::SIGTERM);
-        }
+        tracing::info!(session = id, pid = record.pid, "stopping session (SIGTERM)");
+        signal_session(&self.tracker, id, &record, Some(libc::SIGTERM)).await;
         let mut exit = tracked.exit.clone();
         if tokio::time::timeout(grace, exit.wait_for(Option::is_some))
             .await
@@ -332,9 +393,7 @@ impl ProcessRuntime {
             pid = record.pid,
             "session still running after the grace; SIGKILL"
         );
-        if procfs::is_same_live_process(record.pid, record.start_time) {
-            signal_session(record.pid, cgroup.as_ref(), libc::SIGKILL);
-        }
+        signal_session(&self.tracker, id, &record, Some(libc::SIGKILL)).await;
         tokio::time::timeout(KILL_WAIT, exit.wait_for(Option::is_some))
             .await
             .map_err(|_| RuntimeError::StopTimedOut(id.to_string()))?
@@ -380,8 +439,16 @@ impl ProcessRuntime {
                 continue;
             }
             tracing::info!(session = %id, pid = record.pid, "adopted a session started before a restart");
+            self.tracker.watch(&id, record.mark());
+            self.keep_looking();
             let (tx, exit) = watch::channel(None);
-            let task = tokio::spawn(watch_adopted(id.clone(), record.clone(), pid_file, tx));
+            let task = tokio::spawn(watch_adopted(
+                id.clone(),
+                record.clone(),
+                pid_file,
+                Arc::clone(&self.tracker),
+                tx,
+            ));
             self.sessions().insert(
                 id.clone(),
                 Tracked {
@@ -435,6 +502,26 @@ impl Drop for ProcessRuntime {
                 task.abort();
             }
         }
+        if let Some(task) = self.looking.get() {
+            task.abort();
+        }
+    }
+}
+
+/// Makes this process the child subreaper of its descendants (`PR_SET_CHILD_SUBREAPER`): the
+/// orphans of sessions (what a session's process left when it exited) are reparented to it
+/// instead of init, and the process runtime reaps those of its sessions. For the agent daemon,
+/// once at its start.
+pub fn become_subreaper() -> Result<(), RuntimeError> {
+    // SAFETY: prctl(2) with integer arguments only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(RuntimeError::io(
+            "becoming a child subreaper",
+            io::Error::last_os_error(),
+        ))
     }
 }
 
@@ -442,13 +529,64 @@ fn lost(id: &str) -> Exit {
     Exit::Failed(format!("the runtime lost track of session {id}"))
 }
 
-fn signal_session(pgid: i32, cgroup: Option<&SessionCgroup>, signal: i32) {
-    if let Err(e) = procfs::signal_group(pgid, signal) {
-        tracing::warn!(pgid, signal, error = %e, "could not signal the session's process group");
+/// Sends `signal` (`None`: none, only look) to every live process of the session: its cgroup,
+/// its process group (unless the leader's pid went to another process) and each process the
+/// tracker finds. Returns the live processes found.
+async fn signal_session(
+    tracker: &Arc<Tracker>,
+    id: &str,
+    record: &ProcessRecord,
+    signal: Option<i32>,
+) -> Vec<i32> {
+    let (tracker, id, record) = (Arc::clone(tracker), id.to_string(), record.clone());
+    // /proc is read with blocking calls.
+    tokio::task::spawn_blocking(move || signal_session_now(&tracker, &id, &record, signal))
+        .await
+        .unwrap_or_default()
+}
+
+fn signal_session_now(
+    tracker: &Tracker,
+    id: &str,
+    record: &ProcessRecord,
+    signal: Option<i32>,
+) -> Vec<i32> {
+    let cgroup = record.cgroup();
+    if let Some(cg) = &cgroup {
+        tracker.remember(id, &cg.pids());
     }
-    if let Some(cg) = cgroup {
-        cg.signal_all(signal);
+    // Look first: a process that escaped its group is found by its descent only while its
+    // parent lives, which the signals may end.
+    let mut live: Vec<i32> = tracker
+        .members_of(id, &record.mark())
+        .into_iter()
+        .filter(|p| p.stat.alive())
+        .map(|p| p.pid)
+        .collect();
+    if let Some(signal) = signal {
+        if let Some(cg) = &cgroup {
+            cg.signal_all(signal);
+        }
+        // The group in one call: a process forking in a loop is not outrun.
+        let group_is_ours =
+            procfs::stat(record.pid).is_none_or(|s| s.start_time == record.start_time);
+        if group_is_ours {
+            if let Err(e) = procfs::signal_group(record.pid, signal) {
+                tracing::warn!(session = id, pgid = record.pid, signal, error = %e, "could not signal the session's process group");
+            }
+        }
+        for &pid in &live {
+            if let Err(e) = procfs::signal_process(pid, signal) {
+                tracing::warn!(session = id, pid, signal, error = %e, "could not signal a session process");
+            }
+        }
     }
+    if let Some(cg) = &cgroup {
+        live.extend(cg.pids());
+    }
+    live.sort_unstable();
+    live.dedup();
+    live
 }
 
 fn exit_of(status: std::process::ExitStatus) -> Exit {
@@ -465,6 +603,7 @@ async fn watch_child(
     mut child: Child,
     record: ProcessRecord,
     pid_file: PathBuf,
+    tracker: Arc<Tracker>,
     tx: watch::Sender<Option<Exit>>,
 ) {
     let exit = match child.wait().await {
@@ -472,7 +611,7 @@ async fn watch_child(
         Err(e) => Exit::Failed(format!("waiting for the process: {e}")),
     };
     tracing::info!(session = %id, %exit, "session ended");
-    clean_up(&id, &record, &pid_file).await;
+    clean_up(&tracker, &id, &record, &pid_file).await;
     tx.send_replace(Some(exit));
 }
 
@@ -481,47 +620,35 @@ async fn watch_adopted(
     id: String,
     record: ProcessRecord,
     pid_file: PathBuf,
+    tracker: Arc<Tracker>,
     tx: watch::Sender<Option<Exit>>,
 ) {
     while procfs::is_same_live_process(record.pid, record.start_time) {
         tokio::time::sleep(ADOPTED_POLL).await;
     }
     tracing::info!(session = %id, "adopted session ended");
-    clean_up(&id, &record, &pid_file).await;
+    clean_up(&tracker, &id, &record, &pid_file).await;
     tx.send_replace(Some(Exit::Failed(
         "exit status unknown: the session ended after the agent that started it restarted".into(),
     )));
 }
 
-/// Kills what the session left in its process group and cgroup, removes the cgroup and the pid
-/// file.
-async fn clean_up(id: &str, record: &ProcessRecord, pid_file: &Path) {
-    let pgid = record.pid;
-    if !procfs::group_members(pgid).is_empty() {
-        tracing::info!(
-            session = id,
-            pgid,
-            "killing processes the session left behind"
-        );
-        if let Err(e) = procfs::signal_group(pgid, libc::SIGKILL) {
-            tracing::warn!(session = id, pgid, error = %e, "could not kill the session's group");
-        }
+/// Ends what the session left running (SIGTERM, SIGKILL after [`LEFTOVER_GRACE`]), removes
+/// its cgroup and its pid file.
+async fn clean_up(tracker: &Arc<Tracker>, id: &str, record: &ProcessRecord, pid_file: &Path) {
+    let left = crate::terminate_then_kill(
+        |signal| signal_session(tracker, id, record, signal),
+        LEFTOVER_GRACE,
+        LEFTOVER_WAIT,
+    )
+    .await;
+    if !left.is_empty() {
+        tracing::warn!(session = id, pids = ?left, "processes of the session outlived SIGKILL");
     }
-    if let Some(path) = &record.cgroup {
-        SessionCgroup { path: path.clone() }.remove().await;
+    if let Some(cg) = record.cgroup() {
+        cg.remove().await;
     }
-    let deadline = tokio::time::Instant::now() + LEFTOVER_WAIT;
-    while !procfs::group_members(pgid).is_empty() {
-        if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(
-                session = id,
-                pgid,
-                "processes of the session outlived SIGKILL"
-            );
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    tracker.forget(id);
     if let Err(e) = fs::remove_file(pid_file) {
         if e.kind() != io::ErrorKind::NotFound {
             tracing::warn!(session = id, error = %e, "could not remove the pid file");
@@ -530,9 +657,7 @@ async fn clean_up(id: &str, record: &ProcessRecord, pid_file: &Path) {
 }
 
 fn write_record(path: &Path, record: &ProcessRecord) -> io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    fs::write(&tmp, serde_json::to_vec(record).map_err(io::Error::other)?)?;
-    fs::rename(&tmp, path)
+    crate::write_atomic(path, &serde_json::to_vec(record).map_err(io::Error::other)?)
 }
 
 fn read_record(path: &Path) -> Option<ProcessRecord> {
@@ -558,9 +683,20 @@ mod tests {
             pid: 42,
             start_time: 7,
             cgroup: Some("/sys/fs/cgroup/corral-a".into()),
+            cookie: Some("c00c1e".into()),
         };
         write_record(&path, &record).unwrap();
-        assert_eq!(read_record(&path), Some(record));
+        assert_eq!(read_record(&path), Some(record.clone()));
+        // Records written before cookies still read.
+        fs::write(&path, r#"{"pid": 42, "start_time": 7, "cgroup": null}"#).unwrap();
+        assert_eq!(
+            read_record(&path),
+            Some(ProcessRecord {
+                cgroup: None,
+                cookie: None,
+                ..record
+            })
+        );
         fs::write(&path, "not json").unwrap();
         assert_eq!(read_record(&path), None);
     }

@@ -1,5 +1,7 @@
 //! The Docker runtime against the real Docker daemon, with a busybox image built here (no image
-//! can be pulled). Each test skips, saying so, if no daemon answers or busybox is missing.
+//! can be pulled). Each test skips, saying so, if no daemon answers or busybox is missing (and
+//! fails instead under `CI=true`). Each agent name is the test's own, so that the containers a
+//! test leaves are removed by agent when it ends, without touching another test's.
 
 use std::fs;
 use std::path::Path;
@@ -7,21 +9,24 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use corral_runtime::{
-    DockerRuntime, Exit, Limits, Runtime, RuntimeError, SessionPaths, SessionSpec,
+    DockerRuntime, Exit, Limits, Runtime, RuntimeError, SessionPaths, SessionSpec, LABEL_AGENT,
 };
+use corral_testkit::RemoveContainers;
 
 const IMAGE: &str = corral_runtime::testing::TEST_IMAGE;
 
-/// A runtime on the local daemon with the test image present, or `None` (with the reason
-/// printed) where that cannot be had.
-async fn docker(agent: &str) -> Option<DockerRuntime> {
-    match corral_runtime::testing::docker_with_test_image(agent).await {
-        Ok(rt) => Some(rt),
-        Err(why) => {
-            eprintln!("skipping: {why}");
-            None
-        }
-    }
+/// A runtime of the agent `agent` on the local daemon with the test image present, and a guard
+/// that removes the agent's containers when the test ends, also when it fails. `None` where
+/// that cannot be had: the test is skipped, saying why (and fails instead under `CI=true`).
+async fn docker(agent: &str) -> Option<(DockerRuntime, RemoveContainers)> {
+    let rt = corral_testkit::require_ok(
+        "Docker with the test image",
+        corral_runtime::testing::docker_with_test_image(agent).await,
+    )?;
+    Some((
+        rt,
+        RemoveContainers::new(format!("label={LABEL_AGENT}={agent}")),
+    ))
 }
 
 /// A session id no earlier run left a container for.
@@ -49,7 +54,8 @@ fn read(path: &Path) -> String {
 
 #[tokio::test]
 async fn exit_code_logs_and_limits() {
-    let Some(docker) = docker("agent-a").await else {
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
         return;
     };
     let root = tempfile::tempdir().unwrap();
@@ -77,7 +83,7 @@ async fn exit_code_logs_and_limits() {
     assert_eq!(host.memory, Some(256 << 20));
     let labels = info.config.unwrap().labels.unwrap();
     assert_eq!(labels["corral.session"], id);
-    assert_eq!(labels["corral.agent"], "agent-a");
+    assert_eq!(labels["corral.agent"], agent);
 
     rt.remove(&id).await.unwrap();
     assert!(client
@@ -88,7 +94,8 @@ async fn exit_code_logs_and_limits() {
 
 #[tokio::test]
 async fn environment_work_dir_and_default_command() {
-    let Some(docker) = docker("agent-a").await else {
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
         return;
     };
     let rt = Runtime::Docker(docker);
@@ -129,7 +136,8 @@ async fn environment_work_dir_and_default_command() {
 
 #[tokio::test]
 async fn stop_ends_the_container() {
-    let Some(docker) = docker("agent-a").await else {
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
         return;
     };
     let client = docker.client().clone();
@@ -156,12 +164,17 @@ async fn stop_ends_the_container() {
     // A program that ends on SIGTERM ends within the grace.
     let id = unique("term");
     rt.start(
-        &sh(&id, "trap 'exit 42' TERM; sleep 100 & wait"),
+        &sh(&id, "trap 'exit 42' TERM; echo trapped; sleep 100 & wait"),
         root.path(),
     )
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Stopped once its trap is set (before, SIGTERM would find the shell without it).
+    let stdout = SessionPaths::new(root.path(), &id).stdout;
+    corral_testkit::eventually_async("the trap to be set", Duration::from_secs(20), || {
+        std::future::ready(fs::read_to_string(&stdout).is_ok_and(|out| out == "trapped\n"))
+    })
+    .await;
     rt.stop(&id, Duration::from_secs(20)).await.unwrap();
     assert_eq!(rt.wait(&id).await.unwrap(), Exit::Code(42));
     rt.remove(&id).await.unwrap();
@@ -169,7 +182,8 @@ async fn stop_ends_the_container() {
 
 #[tokio::test]
 async fn a_memory_limit_makes_a_hog_fail() {
-    let Some(docker) = docker("agent-a").await else {
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
         return;
     };
     let rt = Runtime::Docker(docker);
@@ -197,7 +211,8 @@ async fn a_memory_limit_makes_a_hog_fail() {
 
 #[tokio::test]
 async fn outputs_are_copied_out_and_escapes_refused() {
-    let Some(docker) = docker("agent-a").await else {
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
         return;
     };
     let rt = Runtime::Docker(docker);
@@ -237,7 +252,8 @@ async fn outputs_are_copied_out_and_escapes_refused() {
 
 #[tokio::test]
 async fn running_finds_a_container_after_a_restart() {
-    let Some(first) = docker("agent-restart").await else {
+    let (agent, other_agent) = (unique("agent-restart"), unique("agent-other"));
+    let Some((first, _containers)) = docker(&agent).await else {
         return;
     };
     let root = tempfile::tempdir().unwrap();
@@ -248,10 +264,12 @@ async fn running_finds_a_container_after_a_restart() {
         .unwrap();
     drop(first);
 
-    let second = Runtime::Docker(docker("agent-restart").await.unwrap());
+    // (Its containers are removed by the first guard.)
+    let reconnect = |agent| corral_runtime::testing::docker_with_test_image(agent);
+    let second = Runtime::Docker(reconnect(&agent).await.unwrap());
     assert!(second.running(root.path()).await.unwrap().contains(&id));
     // Another agent's containers are not this one's.
-    let other = Runtime::Docker(docker("agent-other").await.unwrap());
+    let other = Runtime::Docker(reconnect(&other_agent).await.unwrap());
     assert!(!other.running(root.path()).await.unwrap().contains(&id));
 
     second.stop(&id, Duration::from_millis(200)).await.unwrap();
@@ -265,7 +283,8 @@ async fn running_finds_a_container_after_a_restart() {
 
 #[tokio::test]
 async fn a_missing_image_or_program_fails_the_session() {
-    let Some(docker) = docker("agent-a").await else {
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
         return;
     };
     let rt = Runtime::Docker(docker);

@@ -5,6 +5,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use corral_testkit::KillLeftovers;
+
 use corral_runtime::{
     Exit, Limits, ProcessConfig, ProcessRuntime, Runtime, RuntimeError, SessionPaths, SessionSpec,
 };
@@ -46,17 +48,35 @@ fn processes_in(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Whether `pid` is a live process (not a zombie): what `ps -p PID` would show.
+fn alive(pid: i32) -> bool {
+    corral_runtime::procfs::stat(pid).is_some_and(|s| s.alive())
+}
+
+/// The pid a session's script wrote into `file` of its work directory.
+fn pid_in(work: &Path, file: &str) -> i32 {
+    let text = read(&work.join(file));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{file}: {text:?}"))
+}
+
+/// Waits (10 s at most) for `check` to hold.
+async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    let mut check = check;
+    corral_testkit::eventually_async(
+        what,
+        Duration::from_secs(10),
+        || std::future::ready(check()),
+    )
+    .await
 }
 
 #[tokio::test]
 async fn exit_code_and_logs() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = runtime();
     rt.start(&sh("exit3", "echo hi; echo err >&2; exit 3"), root.path())
         .await
@@ -73,6 +93,8 @@ async fn exit_code_and_logs() {
 #[tokio::test]
 async fn runs_in_the_work_dir_with_staged_inputs() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let paths = SessionPaths::new(root.path(), "inputs");
     fs::create_dir_all(&paths.work).unwrap();
     fs::write(paths.work.join("input.txt"), "staged\n").unwrap();
@@ -94,6 +116,8 @@ async fn runs_in_the_work_dir_with_staged_inputs() {
 #[tokio::test]
 async fn environment_is_exactly_the_given_one() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let mut s = spec("env", &["env"]);
     s.environment
         .insert("GREETING".into(), "hello world".into());
@@ -102,13 +126,25 @@ async fn environment_is_exactly_the_given_one() {
     rt.start(&s, root.path()).await.unwrap();
     assert_eq!(rt.wait("env").await.unwrap(), Exit::Code(0));
     let paths = SessionPaths::new(root.path(), "env");
-    let lines: BTreeSet<String> = read(&paths.stdout).lines().map(str::to_string).collect();
+    let mut lines: BTreeSet<String> = read(&paths.stdout).lines().map(str::to_string).collect();
+    // The cookie that marks the session's processes: random, 128 bits in hex.
+    let cookie = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("CORRAL_SESSION_COOKIE="))
+        .expect("no CORRAL_SESSION_COOKIE")
+        .to_string();
+    assert!(
+        cookie.len() == 32 && cookie.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{cookie}"
+    );
+    lines.remove(&format!("CORRAL_SESSION_COOKIE={cookie}"));
     let work = std::path::absolute(&paths.work).unwrap();
     let expected: BTreeSet<String> = [
         "GREETING=hello world".to_string(),
         "EMPTY=".to_string(),
         format!("PATH={}", corral_runtime::DEFAULT_PATH),
         format!("HOME={}", work.display()),
+        "CORRAL_SESSION_ID=env".to_string(),
     ]
     .into();
     assert_eq!(lines, expected, "the agent's environment leaked in");
@@ -119,6 +155,8 @@ async fn environment_is_exactly_the_given_one() {
 #[tokio::test]
 async fn stop_kills_the_whole_process_group() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = runtime();
     rt.start(&sh("stopme", "sleep 100 & sleep 100"), root.path())
         .await
@@ -138,6 +176,8 @@ async fn stop_kills_the_whole_process_group() {
 #[tokio::test]
 async fn stop_kills_after_the_grace_what_ignores_sigterm() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = runtime();
     // An ignored signal stays ignored in children: neither the shell nor sleep ends on SIGTERM.
     rt.start(
@@ -160,6 +200,8 @@ async fn stop_kills_after_the_grace_what_ignores_sigterm() {
 #[tokio::test]
 async fn what_a_session_leaves_behind_is_killed_when_it_ends() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = runtime();
     rt.start(&sh("leaves", "sleep 100 & echo started"), root.path())
         .await
@@ -169,12 +211,102 @@ async fn what_a_session_leaves_behind_is_killed_when_it_ends() {
     assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
 }
 
+/// Issue 9: `setsid` takes a process out of the session's process group and session; it must
+/// not outlive the session anyway.
+#[tokio::test]
+async fn a_setsid_child_does_not_outlive_its_session() {
+    let root = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(root.path());
+    let rt = runtime();
+    rt.start(
+        &sh(
+            "escapes",
+            "setsid sh -c 'echo $$ > escaped.pid; exec sleep 77' & \
+             until [ -s escaped.pid ]; do sleep 0.05; done",
+        ),
+        root.path(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rt.wait("escapes").await.unwrap(), Exit::Code(0));
+    let work = SessionPaths::new(root.path(), "escapes").work;
+    let escaped = pid_in(&work, "escaped.pid");
+    assert!(
+        !alive(escaped),
+        "the setsid'd sleep 77 ({escaped}) outlived its session"
+    );
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+}
+
+/// Issue 9: a daemon that double-forks (the classic fork, setsid, fork) and one that only
+/// forks twice are orphans when the session ends; neither outlives it.
+#[tokio::test]
+async fn a_double_forked_daemon_does_not_outlive_its_session() {
+    let root = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(root.path());
+    let rt = runtime();
+    rt.start(
+        &sh(
+            "daemons",
+            "( setsid sh -c 'sleep 77 & echo $! > daemon.pid' & ) ; \
+             ( sleep 77 & echo $! > plain.pid ) & \
+             until [ -s daemon.pid ] && [ -s plain.pid ]; do sleep 0.05; done",
+        ),
+        root.path(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rt.wait("daemons").await.unwrap(), Exit::Code(0));
+    let work = SessionPaths::new(root.path(), "daemons").work;
+    for file in ["daemon.pid", "plain.pid"] {
+        let pid = pid_in(&work, file);
+        assert!(!alive(pid), "{file}: sleep 77 ({pid}) outlived its session");
+    }
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+}
+
+/// Issue 9: stop reaches what left the process group: a `setsid` child, and one that also
+/// cleared its environment (found as a descendant of the running session).
+#[tokio::test]
+async fn stop_kills_setsid_children_too() {
+    let root = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(root.path());
+    let rt = runtime();
+    rt.start(
+        &sh(
+            "stopsetsid",
+            "setsid sh -c 'echo $$ > escaped.pid; exec sleep 77' & \
+             setsid env -i /bin/sh -c 'echo $$ > bare.pid; exec /bin/sleep 77' & \
+             sleep 100",
+        ),
+        root.path(),
+    )
+    .await
+    .unwrap();
+    let work = SessionPaths::new(root.path(), "stopsetsid").work;
+    eventually("both pid files", || {
+        ["escaped.pid", "bare.pid"]
+            .iter()
+            .all(|f| fs::metadata(work.join(f)).is_ok_and(|m| m.len() > 0))
+    })
+    .await;
+    let pids = [pid_in(&work, "escaped.pid"), pid_in(&work, "bare.pid")];
+    rt.stop("stopsetsid", Duration::from_secs(5)).await.unwrap();
+    assert_eq!(rt.wait("stopsetsid").await.unwrap(), Exit::Signal(15));
+    for pid in pids {
+        assert!(!alive(pid), "{pid} outlived the stop of its session");
+    }
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+}
+
 /// A shell that builds a 200 MB string.
 const HOG: &str = "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}";
 
 #[tokio::test]
 async fn a_memory_limit_makes_a_hog_fail() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let process = ProcessRuntime::new(ProcessConfig::default());
     match process.cgroup_parent() {
         Some(parent) => eprintln!("memory limit through cgroup v2 under {}", parent.display()),
@@ -207,6 +339,8 @@ async fn a_memory_limit_makes_a_hog_fail() {
 #[tokio::test]
 async fn outputs_are_collected_and_escapes_refused() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = runtime();
     let mut s = sh(
         "outs",
@@ -255,6 +389,8 @@ async fn outputs_are_collected_and_escapes_refused() {
 #[tokio::test]
 async fn running_finds_a_session_after_a_restart() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let first = runtime();
     first
         .start(&sh("longrun", "sleep 100"), root.path())
@@ -287,6 +423,8 @@ async fn running_finds_a_session_after_a_restart() {
 #[tokio::test]
 async fn a_program_that_does_not_exist_fails_the_session() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = runtime();
     rt.start(&spec("nope", &["/no/such/program"]), root.path())
         .await
@@ -300,6 +438,8 @@ async fn a_program_that_does_not_exist_fails_the_session() {
 #[tokio::test]
 async fn misuse_is_refused() {
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = runtime();
     assert!(matches!(
         rt.wait("unknown").await,
@@ -353,6 +493,8 @@ async fn a_session_runs_in_its_own_cgroup_which_goes_at_the_end() {
         return;
     };
     let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
     let rt = Runtime::Process(ProcessRuntime::new(ProcessConfig {
         cgroup_parent: Some(parent.clone()),
         ..Default::default()
@@ -383,4 +525,36 @@ async fn a_session_runs_in_its_own_cgroup_which_goes_at_the_end() {
     assert_eq!(rt.wait("incgroup").await.unwrap(), Exit::Signal(15));
     assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
     assert!(!cgroup.exists(), "the session's cgroup was not removed");
+}
+
+/// Issue 9, with a cgroup: even a process that cleared its environment and escaped before any
+/// look saw it (orphaned at once, in a session of its own) is in the session's cgroup, and
+/// killed with it.
+#[tokio::test]
+async fn with_a_cgroup_even_a_process_without_the_cookie_is_killed() {
+    let Some(parent) = writable_cgroup2() else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(root.path());
+    let rt = Runtime::Process(ProcessRuntime::new(ProcessConfig {
+        cgroup_parent: Some(parent.clone()),
+        ..Default::default()
+    }));
+    rt.start(
+        &sh(
+            "bare",
+            "( setsid env -i /bin/sh -c 'echo $$ > bare.pid; exec /bin/sleep 77' & ) ; \
+             until [ -s bare.pid ]; do sleep 0.05; done",
+        ),
+        root.path(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(rt.wait("bare").await.unwrap(), Exit::Code(0));
+    let work = SessionPaths::new(root.path(), "bare").work;
+    let bare = pid_in(&work, "bare.pid");
+    assert!(!alive(bare), "{bare} outlived its session");
+    assert_eq!(processes_in(&work), Vec::<i32>::new(), "processes left");
+    assert!(!parent.join("corral-bare").exists());
 }

@@ -127,6 +127,24 @@ impl Store {
         Ok(())
     }
 
+    /// Replaces a group's provider configuration only if it is still `expected`, for rewrites
+    /// that must not undo a change made meanwhile (sealing stored secrets). False when it was
+    /// not (or the group is gone).
+    pub async fn replace_group_provider(
+        &self,
+        name: &str,
+        expected: &str,
+        provider: &str,
+    ) -> Result<bool> {
+        let done = sqlx::query("UPDATE groups SET provider = $3 WHERE name = $1 AND provider = $2")
+            .bind(name)
+            .bind(expected)
+            .bind(provider)
+            .execute(&self.write)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     /// Deletes a group. `Refused` while it has agents that are not terminated, sessions that are
     /// pending, scheduled or running, or launches in flight (their instances would be orphaned).
     /// Its ended sessions, terminated agents and events stay, as history.

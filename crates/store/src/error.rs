@@ -15,6 +15,27 @@ pub enum StoreError {
     /// A row that does not parse back into the domain type.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// Opening found a file that SQLite cannot read as a database.
+    #[error(
+        "{}: not a SQLite database, or a damaged one ({source}); restore it from a backup, or \
+         move it away to start with an empty database",
+        path.display()
+    )]
+    NotADatabase {
+        path: std::path::PathBuf,
+        source: sqlx::Error,
+    },
+    /// Opening waited this long for another process's lock on the file.
+    #[error(
+        "{}: locked by another process (waited {} s for it to let go); is another manager, or a \
+         sqlite3 shell, using this database?",
+        path.display(),
+        waited.as_secs()
+    )]
+    Locked {
+        path: std::path::PathBuf,
+        waited: std::time::Duration,
+    },
     #[error("unsupported database URL {0:?}: use sqlite://PATH or postgres://...")]
     BadUrl(String),
     #[error("database: {0}")]
@@ -23,6 +44,12 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
+    /// A file or directory of the store could not be created or protected.
+    #[error("{}: {source}", path.display())]
+    File {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

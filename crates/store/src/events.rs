@@ -1,6 +1,6 @@
 //! Events (what happened and why, for people) and API tokens.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sqlx::any::AnyRow;
 
 use corral_core::Timestamp;
@@ -21,17 +21,8 @@ pub struct NewEvent {
     pub message: String,
 }
 
-/// A recorded event; `id` grows with each event and pages the list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Event {
-    pub id: i64,
-    pub at: Timestamp,
-    pub group: Option<String>,
-    pub session: Option<String>,
-    pub agent: Option<String>,
-    pub kind: String,
-    pub message: String,
-}
+pub use corral_api::events::Event;
+pub use corral_api::tokens::Role;
 
 /// Which events `list_events` returns, newest first: every given field must match;
 /// `before_id` continues below that id.
@@ -43,17 +34,6 @@ pub struct EventFilter {
     pub before_id: Option<i64>,
     /// At most this many; `None`: all.
     pub limit: Option<u32>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Admin,
-    User,
-    /// An agent daemon: its token acts for the agent named by the token's user.
-    Agent,
-    /// A one-time, expiring token an agent joins the group named by the token's user with.
-    Bootstrap,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -245,14 +225,24 @@ impl Store {
         Ok(())
     }
 
-    pub async fn find_token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
-        sqlx::query("SELECT id, hash, role, user_name, created_at FROM tokens WHERE hash = $1")
-            .bind(hash)
-            .fetch_optional(&self.read)
-            .await?
-            .as_ref()
-            .map(token_from_row)
-            .transpose()
+    /// The token with this hash, if it may still be used at `now`: a bootstrap token that was
+    /// used up or has expired is no credential at all.
+    pub async fn find_token_by_hash(
+        &self,
+        hash: &str,
+        now: Timestamp,
+    ) -> Result<Option<TokenRecord>> {
+        sqlx::query(
+            "SELECT id, hash, role, user_name, created_at FROM tokens WHERE hash = $1 \
+             AND used_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
+        )
+        .bind(hash)
+        .bind(now.0)
+        .fetch_optional(&self.read)
+        .await?
+        .as_ref()
+        .map(token_from_row)
+        .transpose()
     }
 
     /// How many tokens exist (the manager creates the first admin token when there are none).

@@ -2,7 +2,6 @@
 //! to their end. Rows `requested` or `provisioning` are the launches in flight the cycle counts
 //! as capacity; the agent that joins with an instance's id makes it `joined`.
 
-use serde::{Deserialize, Serialize};
 use sqlx::any::AnyRow;
 
 use corral_core::Timestamp;
@@ -12,49 +11,7 @@ use crate::error::Result;
 use crate::events::{insert_event, NewEvent};
 use crate::{Store, Tx};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InstancePhase {
-    /// Decided by a pass; the provider has not been asked yet.
-    Requested,
-    /// The provider started it; its agent has not joined yet.
-    Provisioning,
-    /// Its agent joined.
-    Joined,
-    /// Its agent was let go; the provider is to terminate it.
-    Terminating,
-    Terminated,
-    /// The launch failed, or it never joined in time.
-    Failed,
-}
-
-impl InstancePhase {
-    /// Counts as capacity on its way.
-    pub const IN_FLIGHT: [InstancePhase; 2] =
-        [InstancePhase::Requested, InstancePhase::Provisioning];
-    /// The provider may be running it.
-    pub const LIVE: [InstancePhase; 4] = [
-        InstancePhase::Requested,
-        InstancePhase::Provisioning,
-        InstancePhase::Joined,
-        InstancePhase::Terminating,
-    ];
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct InstanceRecord {
-    /// The agent id it joins as.
-    pub id: String,
-    pub group: String,
-    pub template: String,
-    pub phase: InstancePhase,
-    /// The vendor's id, once the provider started it.
-    pub provider_id: Option<String>,
-    pub requested_at: Timestamp,
-    pub updated_at: Timestamp,
-    /// Why it is where it is (a failure's message, why it was terminated).
-    pub reason: Option<String>,
-}
+pub use corral_api::instances::{InstancePhase, InstanceRecord};
 
 const COLUMNS: &str =
     "id, group_name, template, state, provider_id, requested_at, updated_at, reason";
@@ -103,8 +60,7 @@ pub(crate) fn new_instance_id(group: &str) -> String {
     }
     let mut bytes = [0u8; 5];
     getrandom::fill(&mut bytes).expect("the system's random source works");
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{prefix}-{hex}")
+    format!("{prefix}-{}", hex::encode(bytes))
 }
 
 pub(crate) async fn insert_requested(

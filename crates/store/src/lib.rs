@@ -10,6 +10,7 @@
 //! transaction begins, and row locks (`FOR UPDATE` on PostgreSQL; SQLite locks the whole file).
 
 mod agents;
+mod apply;
 mod catalog;
 mod codec;
 mod cycle;
@@ -17,17 +18,24 @@ mod error;
 mod events;
 mod instances;
 mod sessions;
+/// Fresh PostgreSQL databases, for tests of this crate and its users (the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 use std::borrow::Cow;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use corral_core::Timestamp;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{Any, AnyPool, AssertSqlSafe, Executor, SqlSafeStr, Transaction};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use sqlx::{Any, AnyPool, AssertSqlSafe, Connection, Executor, SqlSafeStr, Transaction};
 
-pub use cycle::{Applied, MAX_PENDING_PER_PASS};
+pub use apply::Applied;
+pub use cycle::MAX_PENDING_PER_PASS;
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
 pub use instances::{InstancePhase, InstanceRecord};
@@ -67,10 +75,26 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0005_instances.sql"),
         include_str!("../migrations/postgres/0005_instances.sql"),
     ),
+    (
+        6,
+        "health",
+        include_str!("../migrations/sqlite/0006_health.sql"),
+        include_str!("../migrations/postgres/0006_health.sql"),
+    ),
 ];
 
 /// How long a SQLite connection waits for another process's write lock before failing.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
+
+/// How long opening waits for another process's lock on the file: a manager writing to the
+/// same file holds it for milliseconds, so longer means something holds it for good.
+const SQLITE_OPEN_LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// SQLite's primary result codes that opening tells apart.
+const SQLITE_BUSY: u32 = 5;
+const SQLITE_LOCKED: u32 = 6;
+const SQLITE_CORRUPT: u32 = 11;
+const SQLITE_NOTADB: u32 = 26;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -87,6 +111,9 @@ pub struct Store {
     /// Write transactions. On SQLite this pool has one connection, so writers queue here in
     /// order instead of polling SQLite's file lock; on PostgreSQL it is the same pool as `read`.
     write: AnyPool,
+    /// SQLite's `max_page_count` for every connection, 0 for none: tests stand in for a full
+    /// disk with it (see [`Store::sqlite_max_pages_for_test`]).
+    max_pages: Arc<AtomicU64>,
 }
 
 type Tx = Transaction<'static, Any>;
@@ -107,9 +134,13 @@ impl Store {
         Ok(store)
     }
 
-    /// Opens (or creates) `dir/corral.db`, creating `dir` if needed.
+    /// Opens (or creates) `dir/corral.db`, creating `dir` if needed (readable by its owner
+    /// only).
     pub async fn open_sqlite_dir(dir: &Path) -> Result<Store> {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir).map_err(|source| StoreError::File {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let path = dir.join("corral.db");
         let path = path
             .to_str()
@@ -140,19 +171,27 @@ impl Store {
         } else {
             format!("{url}?mode=rwc")
         };
+        check_sqlite(&url).await?;
         let options: AnyConnectOptions = url.parse()?;
+        let max_pages = Arc::new(AtomicU64::new(0));
         // WAL lets readers go on while one writer commits; it is a property of the file, so
         // setting it on every connection is a no-op after the first. FULL synchronous: a
-        // committed write survives power loss, not just a killed process.
+        // committed write survives power loss, not just a killed process. secure_delete: a
+        // value overwritten (a provider's secrets sealed in place) does not linger in the page.
         let pool = |max| {
-            AnyPoolOptions::new()
-                .max_connections(max)
-                .after_connect(|conn, _| {
+            let max_pages = max_pages.clone();
+            with_clean_release(AnyPoolOptions::new().max_connections(max), true)
+                .after_connect(move |conn, _| {
+                    let max_pages = max_pages.load(Ordering::Relaxed);
                     Box::pin(async move {
+                        let limit = match max_pages {
+                            0 => String::new(),
+                            n => format!("PRAGMA max_page_count = {n};"),
+                        };
                         conn.execute(AssertSqlSafe(format!(
                             "PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}; \
                              PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
-                             PRAGMA foreign_keys = ON;"
+                             PRAGMA foreign_keys = ON; PRAGMA secure_delete = FAST; {limit}"
                         )))
                         .await?;
                         Ok(())
@@ -167,11 +206,12 @@ impl Store {
             backend: Backend::Sqlite,
             read,
             write,
+            max_pages,
         })
     }
 
     async fn open_postgres(url: &str) -> Result<Store> {
-        let pool = AnyPoolOptions::new()
+        let pool = with_clean_release(AnyPoolOptions::new(), false)
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(30))
             .connect(url)
@@ -180,6 +220,7 @@ impl Store {
             backend: Backend::Postgres,
             read: pool.clone(),
             write: pool,
+            max_pages: Arc::default(),
         })
     }
 
@@ -205,6 +246,53 @@ impl Store {
         Ok(self.read.begin_with(begin).await?)
     }
 
+    /// Checks that the store can take writes now: reads nothing a caller needs and keeps
+    /// nothing it writes but one timestamp. A full disk shows when a write commits (SQLite's
+    /// WAL or PostgreSQL's log cannot grow), so the check commits one; on SQLite it also asks
+    /// the database file for room (pages it would have to add), then gives them back.
+    pub async fn check_writable(&self, now: Timestamp) -> Result<()> {
+        if self.backend == Backend::Sqlite {
+            let mut tx = self.write_tx().await?;
+            sqlx::query("UPDATE health SET probe = zeroblob(16384) WHERE id = 1")
+                .execute(&mut *tx)
+                .await?;
+            tx.rollback().await?;
+        }
+        let mut tx = self.write_tx().await?;
+        sqlx::query("UPDATE health SET checked_at = $1 WHERE id = 1")
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// On SQLite, copies the WAL into the database file and empties it, so that values
+    /// overwritten since (secrets sealed in place) are gone from both files. Best effort: with
+    /// a reader in the way it copies what it can. Nothing to do on PostgreSQL.
+    pub async fn checkpoint(&self) -> Result<()> {
+        if self.backend == Backend::Sqlite {
+            self.write
+                .execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Caps the SQLite database at `pages` pages (`None`: lifts the cap) on every connection,
+    /// now and when the pool opens new ones: writes that need room then fail with
+    /// SQLITE_FULL, as they do on a full disk. A cap below the file's size stops it where it is.
+    #[doc(hidden)]
+    pub async fn sqlite_max_pages_for_test(&self, pages: Option<u64>) -> Result<()> {
+        self.max_pages.store(pages.unwrap_or(0), Ordering::Relaxed);
+        // SQLite's own default: no cap worth the name.
+        let n = pages.unwrap_or(1_073_741_823);
+        self.write
+            .execute(AssertSqlSafe(format!("PRAGMA max_page_count = {n}")))
+            .await?;
+        Ok(())
+    }
+
     /// Picks the form of a row-locking read (see [`locked!`]) for this database.
     fn locking(&self, (sqlite, postgres): (&'static str, &'static str)) -> &'static str {
         match self.backend {
@@ -212,6 +300,108 @@ impl Store {
             Backend::Postgres => postgres,
         }
     }
+}
+
+/// Pool options that never give a connection back with a transaction still open. sqlx counts
+/// a connection's transaction depth itself and rolls a dropped transaction back on the
+/// connection's next use, taking the depth down only if that ROLLBACK succeeds. When a COMMIT
+/// or a statement fails with SQLITE_FULL (a full disk) or an I/O error, SQLite has often rolled
+/// the transaction back already, so that ROLLBACK fails ("no transaction is active"), the depth
+/// stays at 1 and every later `begin_with` on the connection fails ("attempted to call
+/// begin_with at non-zero transaction depth"); SQLite's writer pool has one connection, so that
+/// was every write until a restart. Such a connection is closed instead and the pool opens a
+/// fresh one. `sqlite`: SQLite's worker thread runs a dropped transaction's ROLLBACK, and
+/// counts the depth, after the drop; PostgreSQL's driver counts it at once.
+fn with_clean_release(options: AnyPoolOptions, sqlite: bool) -> AnyPoolOptions {
+    options.after_release(move |conn, _| {
+        Box::pin(async move {
+            if sqlite {
+                // Waits for that ROLLBACK, so the depth below is current.
+                conn.ping().await?;
+            }
+            Ok(!conn.is_in_transaction())
+        })
+    })
+}
+
+/// Opens the SQLite file once, on its own, before the pools do: a pool retries a failing
+/// connection until its timeout and then says only "pool timed out", while this says what is
+/// wrong with the file. Takes the write lock for a moment, waiting a few seconds at most.
+async fn check_sqlite(url: &str) -> Result<()> {
+    let options: SqliteConnectOptions = url.parse()?;
+    let path = options.get_filename().to_path_buf();
+    protect_sqlite_files(&path, url.contains("mode=rwc"))?;
+    let options = options.busy_timeout(SQLITE_OPEN_LOCK_WAIT);
+    let check = async {
+        let mut conn = SqliteConnection::connect_with(&options).await?;
+        conn.execute("PRAGMA journal_mode = WAL").await?;
+        conn.execute("BEGIN IMMEDIATE").await?;
+        conn.execute("ROLLBACK").await?;
+        conn.close().await
+    };
+    check.await.map_err(|e| match sqlite_code(&e) {
+        Some(SQLITE_NOTADB | SQLITE_CORRUPT) => StoreError::NotADatabase { path, source: e },
+        Some(SQLITE_BUSY | SQLITE_LOCKED) => StoreError::Locked {
+            path,
+            waited: SQLITE_OPEN_LOCK_WAIT,
+        },
+        _ => StoreError::Database(e),
+    })
+}
+
+/// SQLite's primary result code of a database error.
+fn sqlite_code(e: &sqlx::Error) -> Option<u32> {
+    let code: u32 = e.as_database_error()?.code()?.parse().ok()?;
+    Some(code & 0xff)
+}
+
+/// The database holds provider secrets and token hashes: its file is created readable by its
+/// owner only, and an existing one (with its WAL and shared-memory files, which SQLite creates
+/// with the database's mode) is made so.
+fn protect_sqlite_files(db: &Path, create: bool) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let failed = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StoreError::File { path, source }
+        };
+        if create {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(db)
+                .map_err(failed(db))?;
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let mut name = db.as_os_str().to_owned();
+            name.push(suffix);
+            let file = PathBuf::from(name);
+            match std::fs::metadata(&file) {
+                Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                        .map_err(failed(&file))?;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(failed(&file)(e)),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (db, create);
+    Ok(())
+}
+
+/// Creates `dir` (and its parents) with the new directories readable by their owner only.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
 }
 
 /// The migrations for one database, as sqlx's migrator runs them: each once, in a transaction,

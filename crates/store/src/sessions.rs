@@ -54,12 +54,7 @@ pub struct SessionRecord {
     pub history: Vec<HistoryEntry>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct HistoryEntry {
-    pub at: Timestamp,
-    pub state: SessionState,
-    pub reason: String,
-}
+pub use corral_api::sessions::HistoryEntry;
 
 /// Which sessions `list_sessions` returns: every given field must match. Ordered by
 /// (submitted_at, id); `after_id` continues after that session (keyset paging).

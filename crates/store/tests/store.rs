@@ -984,7 +984,7 @@ on_both!(tokens_by_hash, |db| {
     s.insert_token("t2", "cd34", Role::User, "ann", t(6))
         .await
         .unwrap();
-    let found = s.find_token_by_hash("cd34").await.unwrap().unwrap();
+    let found = s.find_token_by_hash("cd34", t(7)).await.unwrap().unwrap();
     assert_eq!(
         (
             found.id.as_str(),
@@ -994,8 +994,30 @@ on_both!(tokens_by_hash, |db| {
         ),
         ("t2", Role::User, "ann", t(6))
     );
-    assert_eq!(s.find_token_by_hash("zz").await.unwrap(), None);
-    assert_eq!(s.count_tokens().await.unwrap(), 2);
+    assert_eq!(s.find_token_by_hash("zz", t(7)).await.unwrap(), None);
+    // A bootstrap token is a credential until it is used up or expires.
+    s.insert_bootstrap_token("b1", "ef56", "g", None, t(20), t(6))
+        .await
+        .unwrap();
+    assert!(s.find_token_by_hash("ef56", t(19)).await.unwrap().is_some());
+    assert_eq!(
+        s.find_token_by_hash("ef56", t(20)).await.unwrap(),
+        None,
+        "expired"
+    );
+    assert_eq!(
+        s.consume_bootstrap_token("ef56", "a1", t(10))
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("g")
+    );
+    assert_eq!(
+        s.find_token_by_hash("ef56", t(11)).await.unwrap(),
+        None,
+        "used up"
+    );
+    assert_eq!(s.count_tokens().await.unwrap(), 3);
     for (id, hash) in [("t1", "new"), ("t3", "ab12")] {
         assert!(matches!(
             s.insert_token(id, hash, Role::User, "bob", t(7)).await,
@@ -1034,7 +1056,7 @@ on_both!(rows_survive_reopening, |db| {
     let s = &db.store;
     assert_eq!(s.snapshot("g", t(50)).await.unwrap(), before);
     assert_eq!(s.get_session("s1").await.unwrap(), session_before);
-    assert!(s.find_token_by_hash("ab12").await.unwrap().is_some());
+    assert!(s.find_token_by_hash("ab12", t(50)).await.unwrap().is_some());
     let events = s.list_events(&EventFilter::default()).await.unwrap();
     assert_eq!(events[0].message, "hello");
 });

@@ -4,12 +4,11 @@ use std::collections::BTreeMap;
 
 use anyhow::Result;
 use clap::Subcommand;
-use corral_core::Slots;
-use serde::Deserialize;
-use serde_json::json;
+use corral_api::agents::RegisterAgent;
+use corral_core::{Agent, AgentState, Slots};
 
-use super::http::{parse, Api, Reply};
-use super::render::{self, fields, opt_time, or_dash, pairs, slots, table};
+use super::http::{json, parse, Api, Reply};
+use super::render::{self, fields, opt_time, or_dash, pairs, slots, table, word};
 use super::{key_value, Out};
 
 #[derive(Subcommand)]
@@ -38,7 +37,7 @@ pub enum Command {
         group: String,
         /// What it offers, e.g. cpu=16,mem=64GiB,gpu=2.
         #[arg(long, value_name = "SLOTS")]
-        capacity: String,
+        capacity: Slots,
         /// A label of the agent; repeat for more.
         #[arg(long = "label", value_name = "K=V", value_parser = key_value)]
         labels: Vec<(String, String)>,
@@ -82,8 +81,14 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             out,
         } => {
             let labels: BTreeMap<String, String> = labels.into_iter().collect();
-            let body = json!({"id": id, "group": group, "capacity": capacity, "labels": labels, "template": template});
-            show(api.post(&["agents"], Some(&body)).await?, out)?;
+            let body = RegisterAgent {
+                id,
+                group,
+                capacity,
+                labels,
+                template,
+            };
+            show(api.post(&["agents"], Some(&json(&body)?)).await?, out)?;
         }
         Command::Drain { id, out } => show(api.post(&["agents", &id, "drain"], None).await?, out)?,
         Command::Unmark { id, out } => {
@@ -100,55 +105,27 @@ fn show(reply: Reply, out: Out) -> Result<()> {
     Ok(())
 }
 
-#[derive(Deserialize)]
-struct AgentView {
-    /// The agent's id.
-    id: String,
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    template: Option<String>,
-    #[serde(default)]
-    capacity: Slots,
-    #[serde(default)]
-    allocated: Slots,
-    #[serde(default)]
-    state: String,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    #[serde(default)]
-    external: bool,
-    #[serde(default)]
-    drained_by_hand: bool,
-    #[serde(default)]
-    idle_since: Option<i64>,
-}
-
-impl AgentView {
-    /// `marked (drained)` when an operator drained it: the policy will not unmark it.
-    fn state(&self) -> String {
-        if self.drained_by_hand && self.state == "marked" {
-            "marked (drained)".to_string()
-        } else {
-            self.state.clone()
-        }
-    }
-
-    fn free(&self) -> Slots {
-        self.capacity
-            .checked_sub(&self.allocated)
-            .unwrap_or_default()
+/// `marked (drained)` when an operator drained it: the policy will not unmark it.
+fn state(a: &Agent) -> String {
+    if a.drained_by_hand && a.state == AgentState::Marked {
+        "marked (drained)".to_string()
+    } else {
+        word(&a.state)
     }
 }
 
-fn print_agents(agents: &[AgentView]) {
+fn free(a: &Agent) -> Slots {
+    a.capacity.checked_sub(&a.allocated).unwrap_or_default()
+}
+
+fn print_agents(agents: &[Agent]) {
     let rows: Vec<Vec<String>> = agents
         .iter()
         .map(|a| {
             vec![
-                a.id.clone(),
+                a.id.0.clone(),
                 a.group.clone(),
-                a.state(),
+                state(a),
                 slots(&a.capacity),
                 slots(&a.allocated),
                 or_dash(a.template.as_deref()),
@@ -171,20 +148,20 @@ fn print_agents(agents: &[AgentView]) {
     );
 }
 
-fn print_agent(a: &AgentView) {
+fn print_agent(a: &Agent) {
     fields(&[
-        ("id", a.id.clone()),
+        ("id", a.id.0.clone()),
         ("group", a.group.clone()),
-        ("state", a.state()),
+        ("state", state(a)),
         ("capacity", slots(&a.capacity)),
         ("allocated", slots(&a.allocated)),
-        ("free", slots(&a.free())),
+        ("free", slots(&free(a))),
         ("template", or_dash(a.template.as_deref())),
         ("labels", pairs(&a.labels)),
         (
             "external",
             if a.external { "yes" } else { "no" }.to_string(),
         ),
-        ("idle since", opt_time(a.idle_since)),
+        ("idle since", opt_time(a.idle_since.map(|t| t.0))),
     ]);
 }

@@ -12,7 +12,8 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:8470";
 /// Where `corral server` keeps the admin token by default, relative to where it was started.
 const LOCAL_ADMIN_TOKEN: &str = "corral-data/admin.token";
 
-/// `config.toml`: `server = "http://127.0.0.1:8470"` and `token = "corral_..."`.
+/// `config.toml`: `server = "http://127.0.0.1:8470"` and `token = "corral_..."`, and for an
+/// HTTPS manager whose certificate the system does not trust, `ca_file = "ca.pem"`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
@@ -23,6 +24,10 @@ pub struct ClientConfig {
     /// The group `corral session run` submits to when `--group` is not given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    /// PEM certificates trusted for an `https://` server besides the system's roots; a
+    /// relative path is relative to the config file's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// The config file: `$CORRAL_CONFIG`, else `$XDG_CONFIG_HOME/corral/config.toml`, else
@@ -52,8 +57,12 @@ pub fn load_client_config_from(path: &Path) -> Result<ClientConfig> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ClientConfig::default()),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    parse_client_config(&text)
-        .with_context(|| format!("{}: not a valid corral config", path.display()))
+    let mut config = parse_client_config(&text)
+        .with_context(|| format!("{}: not a valid corral config", path.display()))?;
+    if let (Some(ca), Some(dir)) = (&config.ca_file, path.parent()) {
+        config.ca_file = Some(dir.join(ca));
+    }
+    Ok(config)
 }
 
 pub fn parse_client_config(text: &str) -> Result<ClientConfig> {
@@ -61,24 +70,33 @@ pub fn parse_client_config(text: &str) -> Result<ClientConfig> {
     // An empty value means "not set", as it does for the environment variables.
     config.server = config.server.filter(|s| !s.trim().is_empty());
     config.token = config.token.filter(|t| !t.trim().is_empty());
+    config.ca_file = config.ca_file.filter(|p| !p.as_os_str().is_empty());
     Ok(config)
 }
 
-/// The manager's base URL and the caller's token, resolved.
+/// The manager's base URL, the caller's token and the CA file, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
-    /// `http://host:port`, no trailing slash.
+    /// `http://host:port` or `https://host:port`, no trailing slash.
     pub server: String,
     pub token: String,
+    /// Trusted besides the system's roots for an `https://` server.
+    pub ca_file: Option<PathBuf>,
 }
 
-/// Resolves server and token from what clap gathered (flag or environment), then the config
-/// file (read only if needed), then the default server. A missing token is an error that says
-/// how to pass one; it never silently picks up `./corral-data/admin.token`.
-pub fn resolve(server: Option<&str>, token: Option<&str>) -> Result<Resolved> {
+/// Resolves server, token and CA file from what clap gathered (flag or environment), then the
+/// config file (read only if one of them is missing), then the default server. A missing
+/// token is an error that says how to pass one; it never silently picks up
+/// `./corral-data/admin.token`.
+pub fn resolve(
+    server: Option<&str>,
+    token: Option<&str>,
+    ca_file: Option<&Path>,
+) -> Result<Resolved> {
     let server = server.map(str::trim).filter(|s| !s.is_empty());
     let token = token.map(str::trim).filter(|t| !t.is_empty());
-    let config = if server.is_none() || token.is_none() {
+    let ca_file = ca_file.filter(|p| !p.as_os_str().is_empty());
+    let config = if server.is_none() || token.is_none() || ca_file.is_none() {
         load_client_config()?
     } else {
         ClientConfig::default()
@@ -93,6 +111,7 @@ pub fn resolve(server: Option<&str>, token: Option<&str>) -> Result<Resolved> {
     Ok(Resolved {
         server: normalize_server(&server)?,
         token: token.trim().to_string(),
+        ca_file: ca_file.map(Path::to_path_buf).or(config.ca_file),
     })
 }
 
@@ -111,7 +130,7 @@ fn missing_token_message() -> String {
     message
 }
 
-/// `host:port` gains `http://`; a trailing slash goes. Only plain HTTP is built in.
+/// `host:port` gains `http://`; a trailing slash goes. `http://` and `https://` only.
 fn normalize_server(server: &str) -> Result<String> {
     let server = server.trim();
     let server = if server.contains("://") {
@@ -122,8 +141,8 @@ fn normalize_server(server: &str) -> Result<String> {
     let server = server.trim_end_matches('/');
     let url =
         reqwest::Url::parse(server).with_context(|| format!("{server:?} is not a server URL"))?;
-    if url.scheme() != "http" {
-        bail!("{server}: only http:// servers are supported by this build of corral");
+    if !matches!(url.scheme(), "http" | "https") {
+        bail!("{server}: the server URL must start with http:// or https://");
     }
     if url.host_str().is_none() {
         bail!("{server}: the server URL has no host");
@@ -155,6 +174,7 @@ mod tests {
             server: Some(DEFAULT_SERVER.into()),
             token: Some("corral_x".into()),
             group: Some("dev".into()),
+            ca_file: None,
         };
         assert_eq!(
             parse_client_config(&toml::to_string(&c).unwrap()).unwrap(),
@@ -169,8 +189,27 @@ mod tests {
             "http://127.0.0.1:8470"
         );
         assert_eq!(normalize_server("http://h:1/").unwrap(), "http://h:1");
-        assert!(normalize_server("https://h").is_err());
+        assert_eq!(normalize_server("https://h:1/").unwrap(), "https://h:1");
+        assert!(normalize_server("ftp://h").is_err());
         assert!(normalize_server("http://").is_err());
+    }
+
+    #[test]
+    fn a_ca_file_in_the_config_is_relative_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "ca_file = \"ca.pem\"\n").unwrap();
+        assert_eq!(
+            load_client_config_from(&path).unwrap().ca_file,
+            Some(dir.path().join("ca.pem"))
+        );
+        std::fs::write(&path, "ca_file = \"/etc/corral/ca.pem\"\n").unwrap();
+        assert_eq!(
+            load_client_config_from(&path).unwrap().ca_file,
+            Some(PathBuf::from("/etc/corral/ca.pem"))
+        );
+        std::fs::write(&path, "ca_file = \"\"\n").unwrap();
+        assert_eq!(load_client_config_from(&path).unwrap().ca_file, None);
     }
 
     #[test]

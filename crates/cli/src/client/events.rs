@@ -1,7 +1,7 @@
 //! `corral events`: what happened, newest first.
 
 use anyhow::Result;
-use serde::Deserialize;
+use corral_api::events::Event;
 
 use super::http::{parse, Api};
 use super::render::{self, or_dash, table, time};
@@ -31,22 +31,6 @@ pub struct Args {
     out: Out,
 }
 
-#[derive(Deserialize)]
-struct Event {
-    id: i64,
-    at: i64,
-    #[serde(default)]
-    group: Option<String>,
-    #[serde(default)]
-    session: Option<String>,
-    #[serde(default)]
-    agent: Option<String>,
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    message: String,
-}
-
 pub async fn run(api: &Api, args: Args) -> Result<()> {
     let query = [
         ("group", args.group),
@@ -65,7 +49,7 @@ pub async fn run(api: &Api, args: Args) -> Result<()> {
         .map(|e| {
             vec![
                 e.id.to_string(),
-                time(e.at),
+                time(e.at.0),
                 or_dash(e.group.as_deref()),
                 or_dash(e.session.as_deref()),
                 or_dash(e.agent.as_deref()),

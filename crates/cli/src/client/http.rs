@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
-use reqwest::{Method, StatusCode, Url};
+use anyhow::{anyhow, bail, Result};
+use corral_api::tls::CertificateProblem;
+use corral_api::{Client, ClientError, Transport};
 use serde_json::Value;
 
 use super::config::Resolved;
@@ -15,81 +16,52 @@ pub struct Reply {
     pub value: Value,
 }
 
+/// The client commands' connection: corral-api's client, with a limit on each call and errors
+/// that say which flag, variable or file setting would fix them.
 pub struct Api {
-    client: reqwest::Client,
-    server: String,
-    base: Url,
-    token: String,
+    client: Client,
 }
 
 impl Api {
     pub fn new(resolved: Resolved) -> Result<Api> {
-        let base = Url::parse(&format!("{}/api/v1/", resolved.server))
-            .with_context(|| format!("{:?} is not a server URL", resolved.server))?;
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("corral/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(60))
-            .build()
-            .context("building the HTTP client")?;
-        Ok(Api {
-            client,
-            server: resolved.server,
-            base,
-            token: resolved.token,
-        })
-    }
-
-    /// `/api/v1/` plus `path`, each segment percent-encoded (names may hold `/` and `:`).
-    pub fn url(&self, path: &[&str], query: &[(&str, Option<String>)]) -> Url {
-        let mut url = self.base.clone();
-        url.path_segments_mut()
-            .expect("an http URL has a path")
-            .pop_if_empty()
-            .extend(path);
-        let pairs: Vec<_> = query
-            .iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| (*k, v)))
-            .collect();
-        if !pairs.is_empty() {
-            url.query_pairs_mut().extend_pairs(pairs);
-        }
-        url
+        let client = Client::new(
+            &resolved.server,
+            &resolved.token,
+            resolved.ca_file.as_deref(),
+        )
+        .map_err(advice)?
+        .with_timeout(Duration::from_secs(60));
+        Ok(Api { client })
     }
 
     pub async fn get(&self, path: &[&str], query: &[(&str, Option<String>)]) -> Result<Reply> {
-        self.send(Method::GET, self.url(path, query), None).await
+        reply(self.client.get(path, query).await)
     }
 
     pub async fn post(&self, path: &[&str], body: Option<&Value>) -> Result<Reply> {
-        self.send(Method::POST, self.url(path, &[]), body).await
+        reply(self.client.post(path, body).await)
     }
 
     pub async fn put(&self, path: &[&str], body: &Value) -> Result<Reply> {
-        self.send(Method::PUT, self.url(path, &[]), Some(body))
-            .await
+        reply(self.client.put(path, body).await)
+    }
+
+    pub async fn patch(&self, path: &[&str], body: &Value) -> Result<Reply> {
+        reply(self.client.patch(path, body).await)
     }
 
     pub async fn delete(&self, path: &[&str]) -> Result<Reply> {
-        self.send(Method::DELETE, self.url(path, &[]), None).await
+        reply(self.client.delete(path).await)
     }
 
     /// Uploads a file's bytes.
     pub async fn put_bytes(&self, path: &[&str], data: Vec<u8>) -> Result<()> {
-        let response = self
-            .client
-            .put(self.url(path, &[]))
-            .bearer_auth(&self.token)
-            .body(data)
-            .send()
+        let url = self.client.url(path, &[]);
+        self.client
+            .send_bytes::<Value>(reqwest::Method::PUT, url, data)
             .await
-            .map_err(|e| self.transport_error(&e))?;
-        let status = response.status();
-        if !status.is_success() {
-            let text = response.text().await.unwrap_or_default();
-            return Err(self.api_error(status, &text));
-        }
-        Ok(())
+            .map(drop)
+            .map_err(advice)
     }
 
     /// An answer that is bytes, not JSON (logs, output files).
@@ -98,103 +70,38 @@ impl Api {
         path: &[&str],
         query: &[(&str, Option<String>)],
     ) -> Result<Vec<u8>> {
-        let response = self
-            .client
-            .get(self.url(path, query))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        if !status.is_success() {
-            return Err(self.api_error(status, &String::from_utf8_lossy(&bytes)));
-        }
-        Ok(bytes.to_vec())
-    }
-
-    async fn send(&self, method: Method, url: Url, body: Option<&Value>) -> Result<Reply> {
-        let mut request = self.client.request(method, url).bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request.send().await.map_err(|e| self.transport_error(&e))?;
-        let status = response.status();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| self.transport_error(&e))?;
-        if !status.is_success() {
-            return Err(self.api_error(status, &text));
-        }
-        if text.trim().is_empty() {
-            return Ok(Reply {
-                text,
-                value: Value::Null,
-            });
-        }
-        let value = serde_json::from_str(&text).with_context(|| {
-            format!(
-                "the manager at {} answered with something other than JSON",
-                self.server
-            )
-        })?;
-        Ok(Reply { text, value })
-    }
-
-    fn transport_error(&self, e: &reqwest::Error) -> anyhow::Error {
-        let cause = root_cause(e);
-        if e.is_connect() {
-            anyhow!(
-                "cannot reach the manager at {}: {cause} (is `corral server` running? \
-                 --server, CORRAL_SERVER or the config file choose the URL)",
-                self.server
-            )
-        } else if e.is_timeout() {
-            anyhow!("the manager at {} did not answer in time", self.server)
-        } else {
-            anyhow!("talking to the manager at {}: {cause}", self.server)
-        }
-    }
-
-    /// `{"error": {"message"}}` becomes the message itself; anything else (a proxy's page, an
-    /// older manager) names the server and the status.
-    fn api_error(&self, status: StatusCode, text: &str) -> anyhow::Error {
-        let parsed: Option<Value> = serde_json::from_str(text).ok();
-        let message = parsed
-            .as_ref()
-            .and_then(|v| v.pointer("/error/message"))
-            .and_then(Value::as_str);
-        match message {
-            Some(m) if status == StatusCode::UNAUTHORIZED => {
-                anyhow!(
-                    "{m} (the manager at {} did not accept the token)",
-                    self.server
-                )
-            }
-            Some(m) => anyhow!("{m}"),
-            None => {
-                let snippet: String = text.trim().chars().take(200).collect();
-                anyhow!(
-                    "the manager at {} answered {status}: {snippet}",
-                    self.server
-                )
-            }
-        }
+        self.client.get_bytes(path, query).await.map_err(advice)
     }
 }
 
-/// The innermost error: for a refused connection, "Connection refused (os error 111)" rather
-/// than reqwest's "error sending request for url".
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
+fn reply(answer: Result<corral_api::Reply<Value>, ClientError>) -> Result<Reply> {
+    let answer = answer.map_err(advice)?;
+    let value = answer.body().map_err(advice)?;
+    Ok(Reply {
+        text: answer.text,
+        value,
+    })
+}
+
+/// The client's error, with what the user can change to fix it.
+pub fn advice(e: ClientError) -> anyhow::Error {
+    let hint = match &e {
+        ClientError::Transport {
+            kind: Transport::Unreachable,
+            ..
+        } => " (is `corral server` running? --server, CORRAL_SERVER or the config file choose the URL)",
+        ClientError::Transport {
+            kind: Transport::Certificate(CertificateProblem::NotTrusted),
+            ..
+        } => " (or CORRAL_CA_FILE, or ca_file in the config file)",
+        _ => "",
+    };
+    anyhow!("{e}{hint}")
+}
+
+/// A typed body as the JSON value the calls take.
+pub fn json(body: &impl serde::Serialize) -> Result<Value> {
+    Ok(serde_json::to_value(body)?)
 }
 
 /// Deserializes a reply for a table; a shape we do not know is reported, not printed wrong.

@@ -2,11 +2,10 @@
 
 use anyhow::Result;
 use clap::Subcommand;
-use corral_core::Slots;
-use serde::Deserialize;
-use serde_json::json;
+use corral_api::images::ImageUpdate;
+use corral_core::{Image, Slots};
 
-use super::http::{parse, Api};
+use super::http::{json, parse, Api};
 use super::render::{self, slots, table};
 use super::Out;
 
@@ -23,7 +22,7 @@ pub enum Command {
         name: String,
         /// The least a session on this image gets, whatever it asks, e.g. mem=2GiB.
         #[arg(long, value_name = "SLOTS")]
-        min_slots: Option<String>,
+        min_slots: Option<Slots>,
         #[command(flatten)]
         out: Out,
     },
@@ -36,20 +35,12 @@ pub enum Command {
     },
 }
 
-#[derive(Deserialize)]
-struct ImageView {
-    /// The image's name.
-    name: String,
-    #[serde(default)]
-    min_slots: Slots,
-}
-
 pub async fn run(api: &Api, command: Command) -> Result<()> {
     match command {
         Command::Ls { out } => {
             let reply = api.get(&["images"], &[]).await?;
             if !render::json(out.output, &reply) {
-                let images: Vec<ImageView> = parse(&reply)?;
+                let images: Vec<Image> = parse(&reply)?;
                 let rows: Vec<Vec<String>> = images
                     .iter()
                     .map(|i| vec![i.name.clone(), slots(&i.min_slots)])
@@ -62,13 +53,12 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             min_slots,
             out,
         } => {
-            let body = match min_slots {
-                Some(s) => json!({"min_slots": s}),
-                None => json!({}),
+            let body = ImageUpdate {
+                min_slots: min_slots.unwrap_or_default(),
             };
-            let reply = api.put(&["images", &name], &body).await?;
+            let reply = api.put(&["images", &name], &json(&body)?).await?;
             if !render::json(out.output, &reply) {
-                let image: ImageView = parse(&reply)?;
+                let image: Image = parse(&reply)?;
                 println!(
                     "image {} (min slots {})",
                     image.name,

@@ -4,6 +4,9 @@
 use std::collections::BTreeMap;
 
 use corral_core::Slots;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde::ser::{Error as _, Serialize, Serializer};
+use serde_json::value::RawValue;
 
 use super::http::Reply;
 use crate::Output;
@@ -22,92 +25,75 @@ pub fn json(output: Output, reply: &Reply) -> bool {
     }
 }
 
-/// Indents compact JSON like `serde_json::to_string_pretty`, without reordering object keys
-/// (serde_json's `Value` would sort them) or touching number text.
-pub fn pretty(compact: &str) -> String {
-    let mut out = String::with_capacity(compact.len() * 2);
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut chars = compact.chars().peekable();
-    let newline = |out: &mut String, depth: usize| {
-        out.push('\n');
-        out.push_str(&"  ".repeat(depth));
-    };
-    while let Some(c) = chars.next() {
-        if in_string {
-            out.push(c);
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_string = false;
+/// Indents JSON with serde_json's pretty printer, keeping what its `Value` would not: the order
+/// of object keys (`Value` sorts them) and the text of numbers and strings. Text that is not JSON
+/// comes back as it is.
+pub fn pretty(text: &str) -> String {
+    serde_json::from_str::<&RawValue>(text)
+        .and_then(|raw| serde_json::to_string_pretty(&AsSent(raw)))
+        .unwrap_or_else(|_| text.to_string())
+}
+
+/// A JSON value written as it was sent: objects and arrays are walked in their order, scalars
+/// are copied.
+struct AsSent<'a>(&'a RawValue);
+
+impl Serialize for AsSent<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let text = self.0.get().trim_start();
+        match text.as_bytes().first() {
+            Some(b'{') => {
+                let Entries(entries) = serde_json::from_str(text).map_err(S::Error::custom)?;
+                serializer.collect_map(entries.into_iter().map(|(k, v)| (k, AsSent(v))))
             }
-            continue;
-        }
-        match c {
-            '"' => {
-                in_string = true;
-                out.push(c);
+            Some(b'[') => {
+                let items: Vec<&RawValue> = serde_json::from_str(text).map_err(S::Error::custom)?;
+                serializer.collect_seq(items.into_iter().map(AsSent))
             }
-            '{' | '[' => {
-                out.push(c);
-                while chars.peek().is_some_and(|c| c.is_whitespace()) {
-                    chars.next();
-                }
-                if matches!(chars.peek(), Some('}' | ']')) {
-                    out.push(chars.next().unwrap_or_default());
-                } else {
-                    depth += 1;
-                    newline(&mut out, depth);
-                }
-            }
-            '}' | ']' => {
-                depth = depth.saturating_sub(1);
-                newline(&mut out, depth);
-                out.push(c);
-            }
-            ',' => {
-                out.push(c);
-                newline(&mut out, depth);
-            }
-            ':' => out.push_str(": "),
-            c if c.is_whitespace() => {}
-            c => out.push(c),
+            _ => self.0.serialize(serializer),
         }
     }
-    out
+}
+
+/// An object's members in their order, each value unparsed.
+struct Entries<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Entries<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct InOrder;
+        impl<'de> Visitor<'de> for InOrder {
+            type Value = Entries<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries<'de>, A::Error> {
+                let mut entries = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    entries.push(entry);
+                }
+                Ok(Entries(entries))
+            }
+        }
+        deserializer.deserialize_map(InOrder)
+    }
+}
+
+/// The API's word for an enum value (`pending`, `batch`, `alive`).
+pub fn word(value: &impl Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".into(),
+    }
 }
 
 /// Milliseconds since the epoch as `2025-01-02T03:04:05.678Z`.
 pub fn time(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => format!("{t:.3}"),
+        // Beyond the years RFC 3339 writes (0 to 9999 and a little more): the number itself.
+        Err(_) => format!("{ms} ms since the epoch"),
+    }
 }
 
 pub fn opt_time(ms: Option<i64>) -> String {
@@ -147,17 +133,8 @@ pub fn command_line(args: &[String]) -> String {
     if args.is_empty() {
         return "-".to_string();
     }
-    let quote = |a: &String| {
-        let plain = !a.is_empty()
-            && a.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
-        if plain {
-            a.clone()
-        } else {
-            format!("'{}'", a.replace('\'', r"'\''"))
-        }
-    };
-    args.iter().map(quote).collect::<Vec<_>>().join(" ")
+    // Arguments hold no NUL (the manager refuses them), the one thing no shell word can hold.
+    shlex::try_join(args.iter().map(String::as_str)).unwrap_or_else(|_| format!("{args:?}"))
 }
 
 /// `key  value` lines, keys padded to one width.
@@ -187,6 +164,7 @@ mod tests {
         assert_eq!(time(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(time(1_796_207_087_636), "2026-12-02T10:24:47.636Z");
         assert_eq!(time(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(time(i64::MAX), "9223372036854775807 ms since the epoch");
     }
 
     #[test]
@@ -200,6 +178,12 @@ mod tests {
             pretty(sorted),
             serde_json::to_string_pretty(&value).unwrap()
         );
+        // Spaced out, and duplicate keys kept as sent.
+        assert_eq!(
+            pretty(r#" { "z" : 1e3 , "a" : [ ] , "z" : -0 } "#),
+            "{\n  \"z\": 1e3,\n  \"a\": [],\n  \"z\": -0\n}"
+        );
+        assert_eq!(pretty("not json"), "not json");
     }
 
     #[test]
@@ -207,9 +191,12 @@ mod tests {
         let args: Vec<String> = ["python", "-c", "print('hi')", "a b"]
             .map(String::from)
             .into();
-        assert_eq!(
-            command_line(&args),
-            r#"python -c 'print('\''hi'\'')' 'a b'"#
-        );
+        assert_eq!(command_line(&args), r#"python -c "print('hi')" 'a b'"#);
+        // Whatever the arguments, a shell splits the line back into them.
+        let odd: Vec<String> = ["", "$HOME", "it's \"quoted\"", "a\nb", "*", "x=y", "ü"]
+            .map(String::from)
+            .into();
+        assert_eq!(shlex::split(&command_line(&odd)), Some(odd));
+        assert_eq!(command_line(&[]), "-");
     }
 }

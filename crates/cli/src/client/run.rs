@@ -2,25 +2,24 @@
 //! reads it.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Component, Path};
+use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use serde_json::Value;
+use anyhow::{Context, Result};
+use corral_api::sessions::{NewSession, OutputFile, SessionView, Submitted};
+use corral_core::SessionState;
 
-use super::http::Api;
+use super::http::{json, parse, Api};
+use super::render::word;
 
 /// How often a waiting client asks again.
 const POLL: Duration = Duration::from_millis(100);
 
 /// Submits, waits (saying on a terminal what the session waits for), prints its output as it
 /// comes, and returns its exit code.
-pub async fn run_session(api: &Api, body: Value, inputs: &[String]) -> Result<i32> {
-    let reply = api.post(&["sessions"], Some(&body)).await?;
-    let id = reply.value["id"]
-        .as_str()
-        .context("the manager's answer has no session id")?
-        .to_string();
+pub async fn run_session(api: &Api, body: &NewSession, inputs: &[String]) -> Result<i32> {
+    let reply = api.post(&["sessions"], Some(&json(body)?)).await?;
+    let id = parse::<Submitted>(&reply)?.id;
     super::session::upload_inputs(api, &id, inputs).await?;
     let progress = std::io::stderr().is_terminal();
     if progress {
@@ -29,39 +28,34 @@ pub async fn run_session(api: &Api, body: Value, inputs: &[String]) -> Result<i3
     let mut last_note = String::new();
     let mut offsets = [0u64; 2];
     loop {
-        let session = api.get(&["sessions", &id], &[]).await?.value;
-        let state = session["state"].as_str().unwrap_or_default().to_string();
-        let note = match state.as_str() {
-            "pending" => format!(
+        let view: SessionView = parse(&api.get(&["sessions", &id], &[]).await?)?;
+        let session = &view.session;
+        let agent = || session.agent.as_ref().map_or("an agent", |a| a.0.as_str());
+        let note = match session.state {
+            SessionState::Pending => format!(
                 "pending: {}",
-                session["wait_reason"]
-                    .as_str()
+                view.wait_reason
+                    .as_deref()
                     .unwrap_or("waiting for the next pass")
             ),
-            "scheduled" => format!(
-                "scheduled on {}",
-                session["agent"].as_str().unwrap_or("an agent")
-            ),
-            "running" => format!(
-                "running on {}",
-                session["agent"].as_str().unwrap_or("an agent")
-            ),
-            other => other.to_string(),
+            SessionState::Scheduled => format!("scheduled on {}", agent()),
+            SessionState::Running => format!("running on {}", agent()),
+            other => word(&other),
         };
         if progress && note != last_note {
             eprintln!("{note}");
             last_note = note;
         }
         copy_logs(api, &id, &mut offsets).await?;
-        if !matches!(state.as_str(), "pending" | "scheduled" | "running") {
+        if session.state.is_terminal() {
             // Agents upload the last of the logs before they report the end.
             copy_logs(api, &id, &mut offsets).await?;
-            return Ok(match (state.as_str(), session["exit_code"].as_i64()) {
-                (_, Some(code)) => i32::try_from(code).unwrap_or(1),
-                ("succeeded", None) => 0,
-                _ => {
-                    let why = session["end_reason"].as_str().unwrap_or("no reason given");
-                    eprintln!("session {id} {state}: {why}");
+            return Ok(match (session.state, view.exit_code) {
+                (_, Some(code)) => code,
+                (SessionState::Succeeded, None) => 0,
+                (state, None) => {
+                    let why = view.end_reason.as_deref().unwrap_or("no reason given");
+                    eprintln!("session {id} {}: {why}", word(&state));
                     1
                 }
             });
@@ -115,11 +109,8 @@ pub async fn logs(api: &Api, id: &str, stderr: bool, follow: bool) -> Result<()>
         if !follow {
             return Ok(());
         }
-        let state = api.get(&["sessions", id], &[]).await?.value["state"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        if !matches!(state.as_str(), "pending" | "scheduled" | "running") {
+        let view: SessionView = parse(&api.get(&["sessions", id], &[]).await?)?;
+        if view.session.state.is_terminal() {
             // One more read: the last bytes land before the end is reported.
             let chunk = api
                 .get_bytes(
@@ -138,19 +129,18 @@ pub async fn logs(api: &Api, id: &str, stderr: bool, follow: bool) -> Result<()>
 pub async fn outputs(api: &Api, id: &str, dir: &Path, json_out: bool) -> Result<()> {
     let list = api.get(&["sessions", id, "outputs"], &[]).await?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&list.value)?);
+        println!("{}", super::render::pretty(&list.text));
         return Ok(());
     }
-    let files = list.value.as_array().cloned().unwrap_or_default();
+    let files: Vec<OutputFile> = parse(&list)?;
     if files.is_empty() {
         eprintln!("no outputs");
     }
-    for f in files {
-        let rel = f["path"].as_str().unwrap_or_default();
-        let path = Path::new(rel);
-        if rel.is_empty() || !path.components().all(|c| matches!(c, Component::Normal(_))) {
-            bail!("the manager listed an output path that leaves the directory: {rel:?}");
-        }
+    for f in &files {
+        let rel = f.path.as_str();
+        let path = corral_core::paths::session_path(rel).map_err(|why| {
+            anyhow::anyhow!("the manager listed an output path that {why}: {rel:?}")
+        })?;
         let segments: Vec<&str> = rel.split('/').collect();
         let mut url_path = vec!["sessions", id, "outputs"];
         url_path.extend(segments);

@@ -1,16 +1,13 @@
 //! `corral session`: submit, list, inspect and cancel compute sessions.
 
-use std::collections::BTreeMap;
-
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
+use corral_api::sessions::{NewSession, SessionView, Submitted};
 use corral_core::Slots;
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
 
-use super::http::{parse, Api};
-use super::render::{self, command_line, fields, opt_time, or_dash, pairs, slots, table, time};
-use super::{api_name, key_value, Out};
+use super::http::{json, parse, Api};
+use super::render::{self, command_line, fields, or_dash, pairs, slots, table, time, word};
+use super::{api_name, api_value, key_value, Out};
 use crate::Output;
 
 /// The manager's page size when `--limit` is not given.
@@ -31,7 +28,7 @@ pub enum Command {
         image: Option<String>,
         /// The slots the session needs, e.g. cpu=2,mem=4GiB,gpu=0.5.
         #[arg(long, value_name = "SLOTS")]
-        request: Option<String>,
+        request: Option<Slots>,
         /// Higher runs first under the priority scheduler (-1000 to 1000).
         #[arg(long, value_name = "N", allow_negative_numbers = true)]
         priority: Option<i32>,
@@ -90,7 +87,7 @@ pub enum Command {
         image: Option<String>,
         /// The slots the session needs.
         #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
-        request: String,
+        request: Slots,
         /// An environment variable of the session; repeat for more.
         #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
         env: Vec<(String, String)>,
@@ -169,12 +166,18 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     .group
                     .unwrap_or_else(|| "dev".into()),
             };
-            let environment: BTreeMap<String, String> = env.into_iter().collect();
-            let mut body = json!({"group": group, "type": "batch", "request": request, "command": command, "environment": environment, "inputs": input_names(&inputs)?, "outputs": outputs});
-            if let Some(image) = image {
-                body["image"] = image.into();
-            }
-            let code = super::run::run_session(api, body, &inputs).await?;
+            let body = NewSession {
+                group,
+                kind: corral_core::SessionType::Batch,
+                image,
+                command,
+                request,
+                environment: env.into_iter().collect(),
+                inputs: input_names(&inputs)?,
+                outputs,
+                ..NewSession::default()
+            };
+            let code = super::run::run_session(api, &body, &inputs).await?;
             std::process::exit(code);
         }
         Command::Logs { id, follow, stderr } => super::run::logs(api, &id, stderr, follow).await?,
@@ -196,41 +199,21 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let Some(request) = request else {
                 bail!("say what the session needs with --request, e.g. --request cpu=1,mem=2GiB");
             };
-            let mut body = Map::new();
-            body.insert("group".into(), group.into());
-            if let Some(kind) = kind {
-                body.insert("type".into(), api_name(&kind).into());
-            }
-            if let Some(image) = image {
-                body.insert("image".into(), image.into());
-            }
-            body.insert("request".into(), request.into());
-            if let Some(priority) = priority {
-                body.insert("priority".into(), priority.into());
-            }
-            let environment: BTreeMap<String, String> = env.into_iter().collect();
-            for (key, value) in [
-                ("command", json!(command)),
-                ("inputs", json!(input_names(&inputs)?)),
-                ("outputs", json!(outputs)),
-                ("environment", json!(environment)),
-            ] {
-                let empty = value.as_array().is_some_and(Vec::is_empty)
-                    || value.as_object().is_some_and(Map::is_empty);
-                if !empty {
-                    body.insert(key.into(), value);
-                }
-            }
-            let reply = api.post(&["sessions"], Some(&Value::Object(body))).await?;
-            if let Some(id) = reply.value.get("id").and_then(Value::as_str) {
-                upload_inputs(api, id, &inputs).await?;
-            }
+            let body = NewSession {
+                group,
+                kind: kind.map(|k| api_value(&k)).transpose()?.unwrap_or_default(),
+                image,
+                command,
+                request,
+                priority: priority.unwrap_or_default(),
+                inputs: input_names(&inputs)?,
+                outputs,
+                environment: env.into_iter().collect(),
+            };
+            let reply = api.post(&["sessions"], Some(&json(&body)?)).await?;
+            let id = parse::<Submitted>(&reply)?.id;
+            upload_inputs(api, &id, &inputs).await?;
             if !render::json(format, &reply) {
-                let id = reply
-                    .value
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
                 println!("{id}");
             }
         }
@@ -255,7 +238,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 print_sessions(&sessions);
                 let page = limit.unwrap_or(DEFAULT_PAGE).max(1) as usize;
                 if let Some(last) = sessions.last().filter(|_| sessions.len() >= page) {
-                    eprintln!("(more may follow: --after {})", last.id);
+                    eprintln!("(more may follow: --after {})", last.session.id.0);
                 }
             }
         }
@@ -269,69 +252,16 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let reply = api.post(&["sessions", &id, "cancel"], None).await?;
             if !render::json(out.output, &reply) {
                 let s: SessionView = parse(&reply)?;
-                println!("session {} is {}", s.id, s.state);
+                println!("session {} is {}", s.session.id.0, word(&s.session.state));
             }
         }
     }
     Ok(())
 }
 
-/// A session as the API shows it; lenient, so that a newer manager's extra fields do no harm.
-#[derive(Deserialize)]
-pub struct SessionView {
-    /// The session's id, as `session submit` printed it.
-    id: String,
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    owner: String,
-    #[serde(default)]
-    priority: i64,
-    #[serde(default)]
-    request: Slots,
-    #[serde(default)]
-    image: Option<String>,
-    #[serde(default, rename = "type")]
-    kind: String,
-    #[serde(default)]
-    submitted_at: i64,
-    #[serde(default)]
-    state: String,
-    #[serde(default)]
-    agent: Option<String>,
-    #[serde(default)]
-    command: Vec<String>,
-    #[serde(default)]
-    inputs: Vec<String>,
-    #[serde(default)]
-    outputs: Vec<String>,
-    #[serde(default)]
-    environment: BTreeMap<String, String>,
-    #[serde(default)]
-    allocation: Option<Slots>,
-    #[serde(default)]
-    wait_reason: Option<String>,
-    #[serde(default)]
-    end_reason: Option<String>,
-    #[serde(default)]
-    updated_at: Option<i64>,
-    #[serde(default)]
-    history: Vec<HistoryEntry>,
-}
-
-#[derive(Deserialize)]
-struct HistoryEntry {
-    at: i64,
-    state: String,
-    #[serde(default)]
-    reason: String,
-}
-
-impl SessionView {
-    /// Why it is where it is: waiting, or how it ended.
-    fn reason(&self) -> String {
-        or_dash(self.wait_reason.as_deref().or(self.end_reason.as_deref()))
-    }
+/// Why it is where it is: waiting, or how it ended.
+fn reason(s: &SessionView) -> String {
+    or_dash(s.reason())
 }
 
 fn print_sessions(sessions: &[SessionView]) {
@@ -339,14 +269,14 @@ fn print_sessions(sessions: &[SessionView]) {
         .iter()
         .map(|s| {
             vec![
-                s.id.clone(),
-                s.state.clone(),
-                s.group.clone(),
-                s.owner.clone(),
-                slots(&s.request),
-                or_dash(s.agent.as_deref()),
-                time(s.submitted_at),
-                s.reason(),
+                s.session.id.0.clone(),
+                word(&s.session.state),
+                s.session.group.clone(),
+                s.session.owner.clone(),
+                slots(&s.session.request),
+                or_dash(s.session.agent.as_ref().map(|a| a.0.as_str())),
+                time(s.session.submitted_at.0),
+                reason(s),
             ]
         })
         .collect();
@@ -372,11 +302,11 @@ pub fn print_pending(sessions: &[SessionView]) {
         .iter()
         .map(|s| {
             vec![
-                s.id.clone(),
-                s.owner.clone(),
-                s.priority.to_string(),
-                slots(&s.request),
-                time(s.submitted_at),
+                s.session.id.0.clone(),
+                s.session.owner.clone(),
+                s.session.priority.to_string(),
+                slots(&s.session.request),
+                time(s.session.submitted_at.0),
                 or_dash(s.wait_reason.as_deref()),
             ]
         })
@@ -397,22 +327,25 @@ pub fn print_pending(sessions: &[SessionView]) {
 
 fn print_session(s: &SessionView) {
     let mut rows = vec![
-        ("id", s.id.clone()),
-        ("state", s.state.clone()),
-        ("group", s.group.clone()),
-        ("owner", s.owner.clone()),
-        ("type", s.kind.clone()),
-        ("priority", s.priority.to_string()),
-        ("image", or_dash(s.image.as_deref())),
-        ("command", command_line(&s.command)),
-        ("request", slots(&s.request)),
+        ("id", s.session.id.0.clone()),
+        ("state", word(&s.session.state)),
+        ("group", s.session.group.clone()),
+        ("owner", s.session.owner.clone()),
+        ("type", word(&s.session.kind)),
+        ("priority", s.session.priority.to_string()),
+        ("image", or_dash(s.session.image.as_deref())),
+        ("command", command_line(&s.spec.command)),
+        ("request", slots(&s.session.request)),
         (
             "allocation",
             s.allocation.as_ref().map_or("-".into(), slots),
         ),
-        ("agent", or_dash(s.agent.as_deref())),
-        ("submitted", time(s.submitted_at)),
-        ("updated", opt_time(s.updated_at)),
+        (
+            "agent",
+            or_dash(s.session.agent.as_ref().map(|a| a.0.as_str())),
+        ),
+        ("submitted", time(s.session.submitted_at.0)),
+        ("updated", time(s.updated_at.0)),
     ];
     if let Some(reason) = &s.wait_reason {
         rows.push(("waiting", reason.clone()));
@@ -420,14 +353,14 @@ fn print_session(s: &SessionView) {
     if let Some(reason) = &s.end_reason {
         rows.push(("ended", reason.clone()));
     }
-    if !s.inputs.is_empty() {
-        rows.push(("inputs", s.inputs.join(", ")));
+    if !s.spec.inputs.is_empty() {
+        rows.push(("inputs", s.spec.inputs.join(", ")));
     }
-    if !s.outputs.is_empty() {
-        rows.push(("outputs", s.outputs.join(", ")));
+    if !s.spec.outputs.is_empty() {
+        rows.push(("outputs", s.spec.outputs.join(", ")));
     }
-    if !s.environment.is_empty() {
-        rows.push(("environment", pairs(&s.environment)));
+    if !s.spec.environment.is_empty() {
+        rows.push(("environment", pairs(&s.spec.environment)));
     }
     fields(&rows);
     if !s.history.is_empty() {
@@ -435,7 +368,7 @@ fn print_session(s: &SessionView) {
         let history: Vec<Vec<String>> = s
             .history
             .iter()
-            .map(|h| vec![time(h.at), h.state.clone(), h.reason.clone()])
+            .map(|h| vec![time(h.at.0), word(&h.state), h.reason.clone()])
             .collect();
         crate::table::print(&["AT", "STATE", "REASON"], &history);
     }

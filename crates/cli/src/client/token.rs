@@ -2,12 +2,11 @@
 
 use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
-use serde::Deserialize;
-use serde_json::json;
+use corral_api::tokens::{NewToken, TokenCreated};
 
-use super::http::{parse, Api};
-use super::render;
-use super::{api_name, Out};
+use super::http::{json, parse, Api};
+use super::render::{self, word};
+use super::{api_value, Out};
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -29,33 +28,30 @@ pub enum Role {
     User,
 }
 
-#[derive(Deserialize)]
-struct Created {
-    id: String,
-    user: String,
-    role: String,
-    token: String,
-}
-
 pub async fn run(api: &Api, command: Command) -> Result<()> {
     match command {
         Command::Create { user, role, out } => {
             let reply = api
                 .post(
                     &["tokens"],
-                    Some(&json!({"user": user, "role": api_name(&role)})),
+                    Some(&json(&NewToken {
+                        user,
+                        role: api_value(&role)?,
+                    })?),
                 )
                 .await?;
             if render::json(out.output, &reply) {
                 return Ok(());
             }
-            let created: Created =
+            let created: TokenCreated =
                 parse(&reply).context("the token was created but its answer is unreadable")?;
             // The secret alone on standard output, so that `$(corral token create bob)` is the token.
             println!("{}", created.token);
             eprintln!(
                 "token {} for {} ({}): keep the secret now, it is not shown again",
-                created.id, created.user, created.role
+                created.id,
+                created.user,
+                word(&created.role)
             );
         }
     }

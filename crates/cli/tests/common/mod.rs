@@ -1,10 +1,13 @@
 //! What the CLI's end-to-end tests share: the `corral` binary, child processes that die with the
-//! test, and a manager with agents on loopback.
+//! test, and a manager with agents on loopback. What a test starts (the server, agents, the
+//! agents a provider launches, their sessions) is killed when it ends, also when it fails.
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+pub use corral_testkit::{eventually, KillLeftovers};
 
 pub const CORRAL: &str = env!("CARGO_BIN_EXE_corral");
 
@@ -26,12 +29,70 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-pub fn wait_healthy(port: u16) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        std::thread::sleep(Duration::from_millis(20));
+/// Starts a manager (`command()`, to which `--listen 127.0.0.1:PORT` is added) on a free port
+/// and waits until it serves as itself: the admin token it wrote under `data_dir` is accepted.
+/// An open port is no proof: another test's manager may take the port between the look and
+/// the bind (seen in CI: a test read `admin.token` before its manager had written it, another
+/// one answering on its port). A manager that exits before it serves, its port taken, is
+/// started again on another port. `client_env` is what clients need (`CORRAL_CA_FILE`).
+pub fn start_manager(
+    data_dir: &Path,
+    client_env: &[(&str, &str)],
+    command: impl Fn() -> Command,
+) -> (Proc, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        if let Some(manager) = start_manager_on(port, data_dir, client_env, &command) {
+            return (manager, port);
+        }
     }
+    panic!("the manager exited before serving, 5 times (its port taken?)");
+}
+
+/// [`start_manager`] on a given port (a manager restarted where its agents expect it); None
+/// if it exited before serving.
+pub fn start_manager_on(
+    port: u16,
+    data_dir: &Path,
+    client_env: &[(&str, &str)],
+    command: impl Fn() -> Command,
+) -> Option<Proc> {
+    let mut manager = Proc(
+        command()
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .spawn()
+            .unwrap(),
+    );
+    let scheme = if client_env.iter().any(|(k, _)| *k == "CORRAL_CA_FILE") {
+        "https"
+    } else {
+        "http"
+    };
+    let serving = eventually(
+        &format!("the manager to serve on {port}"),
+        Duration::from_secs(30),
+        || {
+            if manager.0.try_wait().unwrap().is_some() {
+                return Ok(false);
+            }
+            let token = std::fs::read_to_string(data_dir.join("admin.token"))
+                .map_err(|e| format!("admin.token: {e}"))?;
+            let out = Command::new(CORRAL)
+                .args(["group", "ls"])
+                .env("CORRAL_SERVER", format!("{scheme}://127.0.0.1:{port}"))
+                .env("CORRAL_TOKEN", token.trim())
+                .env("CORRAL_CONFIG", data_dir.join("none.toml"))
+                .envs(client_env.iter().copied())
+                .output()
+                .unwrap();
+            if out.status.success() {
+                Ok(true)
+            } else {
+                Err(text(&out.stderr))
+            }
+        },
+    );
+    serving.then_some(manager)
 }
 
 /// Runs `corral ARGS` with the client configuration of `dir`.
@@ -49,7 +110,22 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// `corral server` on `data`, its agents lost after `lost_after` seconds of silence.
+fn server_command(data: &Path, lost_after: u32) -> Command {
+    let mut command = Command::new(CORRAL);
+    command
+        .args(["server", "--data-dir"])
+        .arg(data)
+        .args(["--heartbeat-secs", "1", "--lost-after-secs"])
+        .arg(lost_after.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
 pub struct Cluster {
+    /// Kills every process of `dir` first (the server, agents, what providers launched for it).
+    _leftovers: KillLeftovers,
     pub dir: tempfile::TempDir,
     pub port: u16,
     pub lost_after: u32,
@@ -59,39 +135,30 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(lost_after: u32) -> Cluster {
-        let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
-            port: free_port(),
-            lost_after,
-            token: String::new(),
-            server: None,
-        };
-        c.start_server();
-        c.token = std::fs::read_to_string(c.dir.path().join("data/admin.token"))
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let (server, port) = start_manager(&data, &[], || server_command(&data, lost_after));
+        let token = std::fs::read_to_string(data.join("admin.token"))
             .unwrap()
             .trim()
             .to_string();
-        c
+        Cluster {
+            _leftovers: KillLeftovers::new(dir.path()),
+            dir,
+            port,
+            lost_after,
+            token,
+            server: Some(server),
+        }
     }
 
+    /// Starts the server again on its port, where the agents look for it.
     pub fn start_server(&mut self) {
-        let child = Command::new(CORRAL)
-            .args(["server", "--data-dir"])
-            .arg(self.dir.path().join("data"))
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{}", self.port),
-                "--heartbeat-secs",
-                "1",
-                "--lost-after-secs",
-                &self.lost_after.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        self.server = Some(Proc(child));
-        wait_healthy(self.port);
+        let data = self.dir.path().join("data");
+        let server = start_manager_on(self.port, &data, &[], || {
+            server_command(&data, self.lost_after)
+        });
+        self.server = Some(server.expect("the server restarts on its port"));
     }
 
     /// SIGKILL, as a crash would.
@@ -154,21 +221,14 @@ impl Cluster {
         text(&out.stdout).trim().to_string()
     }
 
-    /// Polls `check` until it gives a value (20 s at most).
+    /// Waits until `check` gives a value (20 s at most).
     pub fn until<T>(&self, what: &str, check: impl Fn() -> Option<T>) -> T {
         self.until_for(20, what, check)
     }
 
-    /// Polls `check` until it gives a value (`secs` at most).
-    pub fn until_for<T>(&self, secs: u64, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(v) = check() {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "timed out waiting: {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    /// Waits until `check` gives a value (`secs` at most).
+    pub fn until_for<T>(&self, secs: u64, what: &str, check: impl FnMut() -> Option<T>) -> T {
+        eventually(what, Duration::from_secs(secs), check)
     }
 
     /// A session read the way that is not activity (a read of the session itself would be).

@@ -14,6 +14,8 @@ pub struct Manager {
     pub admin: String,
     pub client: reqwest::Client,
     pub config: Config,
+    /// The manager's store, for what no API does (standing in for a full disk).
+    pub store: corral_store::Store,
     server: ServerTask,
     _dir: tempfile::TempDir,
 }
@@ -40,6 +42,7 @@ impl Manager {
 
     async fn start_with(config: Config, dir: tempfile::TempDir) -> Manager {
         let app = start(&config).await.expect("manager starts");
+        let store = app.store.clone();
         let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let server = tokio::spawn(async move {
@@ -51,11 +54,14 @@ impl Manager {
             .unwrap()
             .trim()
             .to_string();
+        // reqwest has no crypto provider of its own (it is built for ring, see corral_agent::http).
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
         Manager {
             base,
             admin,
             client: reqwest::Client::new(),
             config,
+            store,
             server: ServerTask(server),
             _dir: dir,
         }
@@ -109,19 +115,20 @@ impl Manager {
             .await
     }
 
-    /// Polls a session until `done` holds (bounded: the loop runs every few ms).
+    /// Waits (10 s at most) until the session `id` is as `done` wants it; what it read.
     pub async fn wait_session(&self, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-        for _ in 0..200 {
-            let r = self.get(&format!("/api/v1/sessions/{id}")).await;
-            if done(&r.body) {
-                return r.body;
+        let path = format!("/api/v1/sessions/{id}");
+        let (path, done) = (&path, &done);
+        let what = format!("session {id} to reach the expected state");
+        corral_testkit::eventually_async(&what, Duration::from_secs(10), move || async move {
+            let body = self.get(path).await.body;
+            if done(&body) {
+                Ok(body)
+            } else {
+                Err(body)
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!(
-            "session {id} never reached the expected state: {}",
-            self.get(&format!("/api/v1/sessions/{id}")).await.body
-        );
+        })
+        .await
     }
 
     /// A user token for `user`.
@@ -143,11 +150,10 @@ impl Drop for ServerTask {
     }
 }
 
-/// A fresh PostgreSQL database named after the test, when `CORRAL_TEST_DATABASE_URL` is set.
+/// A fresh PostgreSQL database named after the test, when `CORRAL_TEST_DATABASE_URL` is set;
+/// otherwise `None`, and the test is skipped, saying so (it fails instead under `CI=true`).
 pub async fn postgres(test: &str) -> Option<String> {
-    let admin = std::env::var("CORRAL_TEST_DATABASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty())?;
+    let admin = corral_testkit::postgres_admin_url()?;
     Some(
         corral_store::testing::fresh_database(&admin, &format!("manager_{test}"))
             .await
@@ -169,7 +175,6 @@ macro_rules! on_both {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 let Some(url) = common::postgres(stringify!($name)).await else {
-                    eprintln!("skipped: CORRAL_TEST_DATABASE_URL is not set");
                     return;
                 };
                 let m = Manager::start(Some(url)).await;

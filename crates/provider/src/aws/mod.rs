@@ -71,7 +71,7 @@
 //!
 //! # Tests
 //!
-//! `tests/aws.rs` runs the provider against a real moto server ([`testing::Moto`]), started with
+//! `tests/aws.rs` runs the provider against a real moto server (`testing::Moto`, behind the `testing` feature), started with
 //! instance type and AMI validation on, and checks what an operator would with its own SDK
 //! client: the instances, their tags and user data, the Auto Scaling group's desired capacity.
 
@@ -79,6 +79,8 @@ mod asg;
 mod ec2;
 pub mod errors;
 mod settings;
+/// A local moto server, for tests of this crate and its users (the `testing` feature).
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 use std::time::Duration;
@@ -93,10 +95,7 @@ pub use settings::{Mode, Options, TemplateOptions, EXTRA_TAGS_MAX, USER_DATA_MAX
 
 use crate::{Context, Instance, LaunchRequest, Provider, ProviderError, TemplateOffer};
 
-/// Tag (asg mode) holding an instance's one-time bootstrap token.
-pub const TOKEN_TAG: &str = "corral-bootstrap-token";
-/// Tag (asg mode) holding the manager's URL.
-pub const SERVER_TAG: &str = "corral-server";
+pub use corral_api::identity::{SERVER_TAG, TOKEN_TAG};
 
 /// A hung connection fails the attempt (and the SDK retries) instead of waiting for the
 /// manager's own timeout.

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use aws_config::SdkConfig;
 use serde_json::{json, Map, Value};
-use tokio::time::Instant;
 
 use super::{sdk_config, Options};
 
@@ -25,18 +24,14 @@ pub struct Moto {
 }
 
 impl Moto {
-    /// Starts moto, or returns `None` after printing why the test is skipped when moto is not
-    /// installed. With `CI=true` a missing moto panics instead: CI must run these tests.
-    /// Panics when moto is installed but does not come up.
+    /// Starts moto, or returns `None` after saying why the test is skipped when moto is not
+    /// installed (the skip policy of `corral_testkit`: under `CI=true` a missing moto panics
+    /// instead, as CI must run these tests). Panics when moto is installed but does not come up.
     pub async fn start() -> Option<Moto> {
-        let Some(mut command) = moto_command() else {
-            let missing = "moto_server not installed (pip install 'moto[server]')";
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{missing}: CI runs the aws provider tests against it");
-            }
-            println!("skipped: {missing}");
-            return None;
-        };
+        let mut command = corral_testkit::require_ok(
+            "moto, the AWS emulator",
+            moto_command().ok_or("moto_server is not installed (pip install 'moto[server]')"),
+        )?;
         let port = free_port();
         let log = std::env::temp_dir().join(format!("corral-moto-{port}.log"));
         let log_file = std::fs::File::create(&log).expect("create the moto log file");
@@ -60,25 +55,17 @@ impl Moto {
     }
 
     async fn wait_ready(&mut self, port: u16) {
-        let deadline = Instant::now() + STARTUP_WAIT;
-        loop {
-            if tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
-                .await
-                .is_ok()
-            {
-                return;
+        let what = format!("moto_server to listen on port {port}");
+        let log = &self.log;
+        let child = &mut self.child;
+        corral_testkit::eventually_async(&what, STARTUP_WAIT, || {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(log).unwrap_or_default();
+                panic!("moto_server exited ({status}): {log}");
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("moto_server exited ({status}): {}", self.log_text());
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "moto_server did not listen on port {port} within {STARTUP_WAIT:?}: {}",
-                    self.log_text()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            tokio::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port))
+        })
+        .await;
     }
 
     fn log_text(&self) -> String {
@@ -113,6 +100,9 @@ impl Moto {
 
 impl Drop for Moto {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("moto_server's log:\n{}", self.log_text());
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);

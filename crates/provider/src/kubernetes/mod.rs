@@ -90,10 +90,7 @@ use crate::{
 use errors::classify;
 use statefulset::StatefulSet;
 
-/// The annotation carrying a StatefulSet pod's one-time bootstrap token.
-pub const BOOTSTRAP_ANNOTATION: &str = "corral.io/bootstrap-token";
-/// The annotation carrying the manager's URL to a StatefulSet pod.
-pub const SERVER_ANNOTATION: &str = "corral.io/server";
+pub use corral_api::identity::{BOOTSTRAP_ANNOTATION, SERVER_ANNOTATION};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(30);

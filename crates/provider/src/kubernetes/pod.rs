@@ -8,6 +8,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::options::Options;
+use corral_api::identity::{ENV_CAPACITY, ENV_GROUP, ENV_ID, ENV_SERVER, ENV_TOKEN};
+
 use crate::{Context, Instance, InstanceState, LaunchRequest, AGENT_LABEL, TEMPLATE_LABEL};
 
 /// The agent container's name.
@@ -70,15 +72,15 @@ fn environment(
     request: &LaunchRequest,
 ) -> Vec<EnvVar> {
     let mut vars = vec![
-        ("CORRAL_SERVER", context.manager_url.clone()),
-        ("CORRAL_AGENT_GROUP", context.group.clone()),
-        ("CORRAL_AGENT_ID", request.agent_id.clone()),
+        (ENV_SERVER, context.manager_url.clone()),
+        (ENV_GROUP, context.group.clone()),
+        (ENV_ID, request.agent_id.clone()),
     ];
     // Without slots the agent detects its capacity itself.
     if !template.slots.is_empty() {
-        vars.push(("CORRAL_AGENT_CAPACITY", template.slots.to_string()));
+        vars.push((ENV_CAPACITY, template.slots.to_string()));
     }
-    vars.push(("CORRAL_TOKEN", request.token.clone()));
+    vars.push((ENV_TOKEN, request.token.clone()));
     vars.into_iter()
         .map(|(name, value)| EnvVar {
             name: name.into(),

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use corral_core::InstanceTemplate;
 use corral_provider::{Context, LaunchRequest};
@@ -13,21 +13,31 @@ use corral_provider::{Context, LaunchRequest};
 pub const MANAGER: &str = "http://127.0.0.1:8470";
 
 /// Stands in for `corral`: prints how it was started (one `arg=` line per argument, its token
-/// and its pid), starts a child, and waits like an agent. With the argument `--stubborn` it and
-/// its child ignore SIGTERM; with `--with-session` it also starts a process in a group of its
-/// own, as the agent's process runtime runs sessions (`session=` line).
+/// and its pid), starts a child, and waits like an agent. On SIGTERM it says so
+/// (`stopped=TERM`) and exits. With the argument `--stubborn` it says so (`ignored=TERM`) and
+/// goes on, and its child and session ignore SIGTERM: only SIGKILL ends them. With
+/// `--with-session` it also starts a process in a group of its own, as the agent's process
+/// runtime runs sessions (`session=` line).
 pub const STAND_IN_AGENT: &str = r#"#!/bin/sh
 for arg in "$@"; do printf 'arg=%s\n' "$arg"; done
 printf 'token=%s\n' "${CORRAL_TOKEN-}"
 printf 'pid=%s\n' "$$"
-case " $* " in *" --stubborn "*) trap '' TERM ;; esac
+ignore=
+case " $* " in *" --stubborn "*) ignore="trap '' TERM;" ;; esac
+if [ -n "$ignore" ]; then
+  trap 'printf "ignored=TERM\n"' TERM
+else
+  trap 'printf "stopped=TERM\n"; exit 0' TERM
+fi
 case " $* " in *" --with-session "*)
-  python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(600)' &
+  (eval "$ignore"; exec python3 -c 'import os, time; os.setpgid(0, 0); time.sleep(600)') &
   printf 'session=%s\n' "$!" ;;
 esac
-sleep 600 &
-printf 'child=%s\n' "$!"
-wait
+(eval "$ignore"; exec sleep 600) &
+child=$!
+printf 'child=%s\n' "$child"
+# A trapped signal ends `wait`: wait again while the child lives.
+while kill -0 "$child" 2>/dev/null; do wait "$child"; done
 "#;
 
 /// A group `group` with templates `small` (cpu=1,mem=1GiB) and `large` (cpu=4,mem=8GiB).
@@ -67,20 +77,6 @@ pub fn requests(ids: &[&str]) -> Vec<LaunchRequest> {
         .collect()
 }
 
-/// Polls `check` every 20 ms until it holds or `within` passed; whether it held.
-pub fn wait_until(within: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if check() {
-            return true;
-        }
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The values of the `key=` lines a stand-in agent printed into `log`.
 pub fn log_values(log: &Path, key: &str) -> Vec<String> {
     let prefix = format!("{key}=");
@@ -93,28 +89,20 @@ pub fn log_values(log: &Path, key: &str) -> Vec<String> {
 
 /// Waits until a stand-in agent has printed everything (its child's pid comes last) and returns
 /// (its pid, its child's pid).
-pub fn stand_in_pids(log: &Path) -> (i32, i32) {
-    assert!(
-        wait_until(Duration::from_secs(10), || !log_values(log, "child")
-            .is_empty()),
-        "the stand-in agent wrote no child= line to {}",
-        log.display()
-    );
+pub async fn stand_in_pids(log: &Path) -> (i32, i32) {
+    let what = format!("the stand-in agent's child= line in {}", log.display());
+    corral_testkit::eventually_async(&what, Duration::from_secs(10), || {
+        std::future::ready(!log_values(log, "child").is_empty())
+    })
+    .await;
     let pid = log_values(log, "pid")[0].parse().unwrap();
     let child = log_values(log, "child")[0].parse().unwrap();
     (pid, child)
 }
 
-/// The fields of `/proc/<pid>/stat` after the command name: `[0]` is field 3 (state).
-pub fn stat_fields(pid: i32) -> Option<Vec<String>> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    Some(rest.split_whitespace().map(str::to_string).collect())
-}
-
 /// The process exists and is not a zombie.
 pub fn is_live(pid: i32) -> bool {
-    stat_fields(pid).is_some_and(|f| f[0] != "Z" && f[0] != "X")
+    corral_runtime::procfs::stat(pid).is_some_and(|s| s.alive())
 }
 
 /// The process ended and was reaped by its parent (no zombie left).

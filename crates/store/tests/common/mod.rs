@@ -12,8 +12,6 @@ use sqlx::{AnyConnection, Connection, Executor};
 use corral_core::*;
 use corral_store::Store;
 
-pub const PG_ENV: &str = "CORRAL_TEST_DATABASE_URL";
-
 /// A store under test, with what it takes to reopen it or reach its tables directly.
 pub struct Db {
     pub store: Store,
@@ -35,9 +33,10 @@ impl Db {
         }
     }
 
-    /// `None` (the test is skipped) when no PostgreSQL server is configured.
+    /// `None` when no PostgreSQL server is configured: the test is skipped, saying so (and
+    /// fails instead under `CI=true`).
     pub async fn postgres(test: &str) -> Option<Db> {
-        let admin = std::env::var(PG_ENV).ok().filter(|u| !u.is_empty())?;
+        let admin = corral_testkit::postgres_admin_url()?;
         let url = corral_store::testing::fresh_database(&admin, test)
             .await
             .expect("create test database");
@@ -83,7 +82,6 @@ macro_rules! on_both {
                 #[allow(unused_mut)]
                 let Some(mut $db) = common::Db::postgres(stringify!($name)).await
                 else {
-                    eprintln!("{} is not set: PostgreSQL run skipped", common::PG_ENV);
                     return;
                 };
                 $body

@@ -1,0 +1,299 @@
+#!/usr/bin/env bash
+# Schemathesis against a running manager's OpenAPI document, with every check on: any 5xx, any
+# answer the document does not describe (status, content type, body schema), any schema-valid
+# request refused or schema-invalid one accepted fails this script.
+#
+#   bash .ci/schemathesis.sh                 # what CI runs (a bounded number of examples)
+#   EXAMPLES=200 bash .ci/schemathesis.sh    # a longer run (docs/security-checks.md)
+#   OPENAPI_FILE=crates/manager/openapi.json bash .ci/schemathesis.sh   # a file, not the
+#                                            # document the binary generates and serves
+#
+# It starts `target/debug/corral server` (built first, so that the document it serves is
+# generated from the current handlers and types) on a fresh data directory and a free
+# loopback port, creates fixtures for the routes to find (a group with a template, an image, an
+# agent, a session, a user token), runs schemathesis with the admin token, and stops the server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SCHEMATHESIS_VERSION=4.32.5
+EXAMPLES=${EXAMPLES:-20}
+SEED=${SEED:-20261202}
+
+if [ "$(schemathesis --version 2>/dev/null)" != "schemathesis, version $SCHEMATHESIS_VERSION" ]; then
+  python3 -m pip install -q "schemathesis==$SCHEMATHESIS_VERSION"
+fi
+cargo build --locked -p corral-cli
+
+work=$(mktemp -d /tmp/corral-schemathesis.XXXXXX)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+base="http://127.0.0.1:$port"
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Providers the tests configure must reach nothing off this machine: no cloud metadata service,
+# no default endpoint, no kubeconfig, no Docker daemon (the hooks below also point every
+# endpoint, host and program a request names at loopback or at nothing).
+env -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT -u DOCKER_HOST \
+  HOME="$work" KUBECONFIG="$work/no-kubeconfig" AWS_EC2_METADATA_DISABLED=true \
+  AWS_CONFIG_FILE="$work/no-aws-config" AWS_SHARED_CREDENTIALS_FILE="$work/no-aws-credentials" \
+  AWS_ACCESS_KEY_ID=schemathesis AWS_SECRET_ACCESS_KEY=schemathesis AWS_REGION=us-east-1 \
+  AWS_ENDPOINT_URL=http://127.0.0.1:9 DOCKER_HOST="unix://$work/no-docker.sock" \
+  RUST_LOG=${RUST_LOG:-warn} target/debug/corral server --data-dir "$work/data" \
+  --listen "127.0.0.1:$port" --tick-secs 0.2 --heartbeat-secs 1 --lost-after-secs 3600 \
+  >"$work/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 100); do
+  curl -fsS "$base/api/v1/health" >/dev/null 2>&1 && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log"; exit 1; }
+  sleep 0.1
+done
+admin=$(cat "$work/data/admin.token")
+
+# Fixtures: what the hooks below point schema-valid requests at.
+call() { # METHOD PATH [BODY]: fails on any status >= 400
+  curl -fsS -X "$1" -H "Authorization: Bearer $admin" -H 'content-type: application/json' \
+    "$base$2" ${3:+--data "$3"}
+}
+call POST /api/v1/groups \
+  '{"name": "fx", "templates": [{"name": "fx-small", "slots": "cpu=4,mem=8GiB", "max": 2}]}' >/dev/null
+call POST /api/v1/groups '{"name": "fx2"}' >/dev/null
+call PUT /api/v1/images/fx-image '{"min_slots": "cpu=1"}' >/dev/null
+call PUT /api/v1/images/fx-image2 '{}' >/dev/null
+call POST /api/v1/agents '{"id": "fx-agent", "group": "fx", "capacity": "cpu=64,mem=256GiB,gpu=8"}' >/dev/null
+session=$(call POST /api/v1/sessions \
+  '{"group": "fx", "command": ["true"], "request": "cpu=1", "inputs": ["in.txt"]}' |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+call POST /api/v1/tokens '{"user": "fx-user"}' >/dev/null
+# Once placed on fx-agent, the session gets its input, an output and a log.
+for _ in $(seq 100); do
+  call GET "/api/v1/sessions/$session" | grep -q '"state":"scheduled"' && break
+  sleep 0.1
+done
+upload() { # METHOD PATH DATA
+  curl -fsS -X "$1" -H "Authorization: Bearer $admin" -H 'content-type: application/octet-stream' \
+    "$base$2" --data-binary "$3"
+}
+upload PUT "/api/v1/sessions/$session/inputs/in.txt" 'input'
+upload PUT "/api/v1/agents/fx-agent/sessions/$session/outputs/out.txt" 'output'
+upload POST "/api/v1/agents/fx-agent/sessions/$session/logs/stdout?offset=0" 'log line'
+
+# Hooks: what JSON Schema cannot say. A schema-valid request may still name a group, image or
+# template that does not exist, repeat a template or slot name, put min_nodes above max_nodes,
+# or upload an input its session does not name; the server refuses those (400, as openapi.json's
+# descriptions say). For positive cases only, the hooks point such references at the fixtures
+# and make the cross-field rules hold, so that every schema-valid request must be accepted.
+# In every case, providers are defused: endpoints and hosts point at loopback, programs at a
+# path that does not exist (a valid value stays valid, an invalid one invalid).
+cat >"$work/corral_hooks.py" <<EOF
+import json
+import re
+import urllib.parse
+import urllib.request
+
+import schemathesis
+
+SESSION = "$session"
+BASE = "$base"
+ADMIN = "$admin"
+SLOT_FIELDS = {"request", "capacity", "slots", "headroom", "min_slots"}
+
+
+def positive(case):
+    meta = case.meta
+    return meta is not None and meta.generation.mode.is_positive
+
+
+def pick(value, fixture):
+    # Deterministic (hypothesis replays cases): about half the values become the fixture.
+    return fixture if len(repr(value)) % 2 == 0 else value
+
+
+def inputs_of(session):
+    # What a session names as inputs (an upload must be one of them), or None.
+    request = urllib.request.Request(f"{BASE}/api/v1/sessions/{urllib.parse.quote(session, safe='')}",
+                                     headers={"Authorization": f"Bearer {ADMIN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.load(response).get("inputs")
+    except Exception:
+        return None
+
+
+def dedupe_slots(text):
+    seen, parts = set(), []
+    for part in text.split(","):
+        name = part.split("=", 1)[0].strip()
+        if "=" in part and name in seen:
+            continue
+        seen.add(name)
+        parts.append(part)
+    return ",".join(parts)
+
+
+def fix_slots(value):
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key in SLOT_FIELDS and isinstance(inner, str):
+                value[key] = dedupe_slots(inner)
+            else:
+                fix_slots(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            fix_slots(inner)
+
+
+def fix_templates(templates):
+    if isinstance(templates, list):
+        seen = set()
+        for i, t in enumerate(templates):
+            if isinstance(t, dict) and isinstance(t.get("name"), str):
+                while t["name"] in seen:
+                    t["name"] = (t["name"] + "x")[-64:] if len(t["name"]) < 64 else "t%d" % i
+                seen.add(t["name"])
+
+
+def fix_policy(policy):
+    if isinstance(policy, dict):
+        lo, hi = policy.get("min_nodes", 0), policy.get("max_nodes", 100)
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > hi:
+            policy["min_nodes"] = hi
+
+
+def defuse(provider):
+    if not isinstance(provider, dict) or not isinstance(provider.get("options"), dict):
+        return
+    options = provider["options"]
+    for key, safe in (("endpoint_url", "http://127.0.0.1:9"), ("api_server", "https://127.0.0.1:9"),
+                      ("docker_host", "unix:///nonexistent/docker.sock"),
+                      ("binary", "/nonexistent/corral")):
+        if isinstance(options.get(key), str) and options[key] != "":
+            valid = key == "binary" or re.match(r"^(https?://[^/]|unix://|tcp://|/)", options[key])
+            if valid:
+                options[key] = safe
+    if provider.get("name") == "exec" and isinstance(options.get("command"), str) \
+            and options["command"].startswith("/"):
+        options["command"] = "/nonexistent/plugin"
+
+
+def fix_provider(provider):
+    if isinstance(provider, dict) and isinstance(provider.get("launch"), dict):
+        launch = provider["launch"]
+        lo, hi = launch.get("backoff_initial_secs", 10), launch.get("backoff_max_secs", 600)
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and hi < lo:
+            launch["backoff_max_secs"] = lo
+
+
+@schemathesis.hook
+def before_call(ctx, case, kwargs):
+    # The request as it will be sent (stateful links have filled it in); schemathesis checks
+    # again afterwards whether the edited request is schema-valid.
+    body = case.body if isinstance(case.body, dict) else None
+    path, method = case.operation.path, case.method.upper()
+    params = case.path_parameters if case.path_parameters is not None else {}
+    if body is not None:
+        defuse(body)
+        defuse(body.get("provider"))
+        # The long poll: never hold a sync for seconds.
+        if path.endswith("/sync") and isinstance(body.get("wait_secs"), (int, float)):
+            body["wait_secs"] = 0
+    if path == "/api/v1/images/{name}" and method == "DELETE" and params.get("name") == "fx-image":
+        params["name"] = "fx-image2"  # The image sessions name is never deleted.
+    if not positive(case):
+        return
+    if path.startswith("/api/v1/groups/{name}") and "name" in params:
+        params["name"] = pick(params["name"], "fx")
+    if path.startswith("/api/v1/images/{name}") and "name" in params:
+        params["name"] = pick(params["name"], "fx-image" if method != "DELETE" else "fx-image2")
+    if path.startswith("/api/v1/agents/{id}") and "id" in params:
+        params["id"] = pick(params["id"], "fx-agent")
+        if "session" in params and params["id"] == "fx-agent":
+            params["session"] = SESSION
+    if path.startswith("/api/v1/sessions/{id}") and "id" in params:
+        params["id"] = pick(params["id"], SESSION)
+    if path == "/api/v1/sessions/{id}/inputs/{path}" and params.get("id") != SESSION:
+        names = inputs_of(str(params.get("id")))
+        if names is not None:
+            # Names a URL path carries as they are (the client leaves '#' and '?' unquoted).
+            names = [n for n in names if not re.search(r"[#?%]", n)]
+            if names:
+                params["path"] = names[len(str(params.get("path"))) % len(names)]
+            else:
+                params["id"] = SESSION  # it takes no upload this test can name
+    if params.get("id") == SESSION or params.get("session") == SESSION:
+        if path.endswith("/inputs/{path}"):
+            params["path"] = "in.txt"
+        elif path.endswith("/outputs/{path}") and method == "GET":
+            params["path"] = "out.txt"
+    if body is None:
+        if path == "/api/v1/groups/{name}/templates" and isinstance(case.body, list):
+            fix_templates(case.body)
+            fix_slots(case.body)
+        return
+    fix_slots(body)
+    if path in ("/api/v1/sessions", "/api/v1/agents", "/api/v1/agents/join") and method == "POST":
+        body["group"] = "fx"
+    if path == "/api/v1/sessions" and method == "POST":
+        # About half ask for what fx-agent has (the others are refused with 422 or queue).
+        body["request"] = pick(body.get("request"), "cpu=1")
+    if isinstance(body.get("image"), str):
+        body["image"] = "fx-image"
+    if path == "/api/v1/agents" and isinstance(body.get("template"), str):
+        # The fixture group's templates change under the tests: name none.
+        body["template"] = None
+    if path.startswith("/api/v1/groups"):
+        fix_templates(body.get("templates"))
+        fix_policy(body.get("policy"))
+        fix_provider(body.get("provider"))
+        if path == "/api/v1/groups/{name}/provider":
+            fix_provider(body)
+        if method == "PUT" and path == "/api/v1/groups/{name}":
+            body["name"] = params.get("name", body.get("name"))
+        if method == "PATCH" and path == "/api/v1/groups/{name}":
+            # A merge patch of the group's current settings: its name, if given, is the URL's;
+            # the provider is left out (schema-valid options need not fit the stored provider);
+            # bounds it gives are made to hold whatever the stored policy says.
+            if "name" in body:
+                body["name"] = params.get("name", body["name"])
+            body.pop("provider", None)
+            policy = body.get("policy")
+            if isinstance(policy, dict) and ("min_nodes" in policy or "max_nodes" in policy):
+                lo = policy.get("min_nodes") if isinstance(policy.get("min_nodes"), int) else 0
+                hi = policy.get("max_nodes") if isinstance(policy.get("max_nodes"), int) else 100
+                policy["min_nodes"], policy["max_nodes"] = min(lo, hi), hi
+EOF
+
+# Per operation: what the schema cannot promise. POST /sessions answers 422 for a request the
+# group can never hold (admission, by design); the agent join answers 409 for an id another
+# group holds (in the default list already).
+cat >"$work/schemathesis.toml" <<'EOF'
+[[operations]]
+include-path = "/api/v1/sessions"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409", "422"]
+EOF
+
+# One worker: with two, hypothesis's lambda-source cache races ("FlakyFailure ... KeyError").
+echo "== schemathesis $SCHEMATHESIS_VERSION: $EXAMPLES examples per operation, seed $SEED"
+status=0
+if [ -n "${OPENAPI_FILE:-}" ]; then
+  schema=("$(realpath "$OPENAPI_FILE")" --url "$base")
+else
+  schema=("$base/api/v1/openapi.json")
+fi
+(cd "$work" && PYTHONPATH="$work" SCHEMATHESIS_HOOKS=corral_hooks schemathesis \
+  --config-file "$work/schemathesis.toml" --no-color run "${schema[@]}" \
+  --checks all --max-examples "$EXAMPLES" --seed "$SEED" --workers 1 \
+  --header "Authorization: Bearer $admin" --request-timeout 10 \
+  --suppress-health-check all) || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "== the manager's log (warnings and errors)"
+  tail -n 50 "$work/server.log"
+fi
+exit "$status"

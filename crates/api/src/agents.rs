@@ -1,0 +1,32 @@
+//! Agents as operators manage them (the agent daemon's own calls are in `protocol`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use corral_core::Slots;
+
+/// `POST /agents` (admin): an agent registered by hand, the static provider's way to join.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RegisterAgent {
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::Name))]
+    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::Name))]
+    pub group: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::RequiredSlots))]
+    pub capacity: Slots,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub template: Option<String>,
+}
+
+/// `GET /agents`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct AgentQuery {
+    pub group: Option<String>,
+}

@@ -1,0 +1,33 @@
+//! Events: what happened and why, for people.
+
+use serde::{Deserialize, Serialize};
+
+use corral_core::Timestamp;
+
+/// A recorded event; `id` grows with each event and pages the list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Event {
+    pub id: i64,
+    pub at: Timestamp,
+    pub group: Option<String>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    /// A short word: `placed`, `rejected`, `launch`, `launch_failed`, `mark`, `cancelled`...
+    pub kind: String,
+    pub message: String,
+}
+
+/// `GET /events`: newest first; every given field must match; `before` pages down.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct EventQuery {
+    pub group: Option<String>,
+    pub session: Option<String>,
+    pub agent: Option<String>,
+    /// An event id: continue below it.
+    pub before: Option<i64>,
+    /// Clamped to 1..=1000; default 100.
+    pub limit: Option<u32>,
+}

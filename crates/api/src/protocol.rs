@@ -1,0 +1,166 @@
+//! What the agent daemon and the manager say to each other (JSON over HTTP, always opened by
+//! the agent, so agents behind NAT can join). Each sync is also the agent's heartbeat.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use corral_core::model::SessionType;
+use corral_core::slots::Slots;
+
+/// `POST /api/v1/agents/join`, with a bootstrap (admin or agent) token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct JoinRequest {
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::Name))]
+    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::Name))]
+    pub group: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::RequiredSlots))]
+    pub capacity: Slots,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JoinResponse {
+    /// The agent's own credential for every later call.
+    pub token: String,
+    /// How often to sync when nothing happens.
+    pub heartbeat_secs: u64,
+    /// Silence after which the manager marks the agent lost.
+    pub lost_after_secs: u64,
+}
+
+/// `POST /api/v1/agents/{id}/sync`: what the agent runs and what ended since the last sync.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SyncRequest {
+    #[serde(default)]
+    pub sessions: Vec<SessionReport>,
+    /// Hold the answer up to this long while there is nothing to do (long poll).
+    #[serde(default)]
+    pub wait_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SessionReport {
+    pub id: String,
+    pub state: ReportedState,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReportedState {
+    Running,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SyncResponse {
+    /// Sessions placed on this agent that it does not run yet.
+    pub start: Vec<Assignment>,
+    /// Sessions it runs that the manager no longer wants there.
+    pub stop: Vec<String>,
+}
+
+/// A session to start, with everything the agent needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Assignment {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: SessionType,
+    pub image: Option<String>,
+    pub command: Vec<String>,
+    pub environment: BTreeMap<String, String>,
+    /// Files to fetch from the manager into the working directory before it starts.
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
+    /// What it holds on the agent: its limits.
+    pub allocation: Slots,
+}
+
+/// The agent's calls, each on its route.
+#[cfg(feature = "client")]
+impl crate::Client {
+    /// Joins (or joins again) with this client's token: a bootstrap token, or the agent's own.
+    pub async fn join(&self, request: &JoinRequest) -> Result<JoinResponse, crate::ClientError> {
+        self.post(&["agents", "join"], Some(request)).await?.body()
+    }
+
+    /// Reports what `agent` runs and what ended; the answer says what to start and stop.
+    pub async fn sync(
+        &self,
+        agent: &str,
+        request: &SyncRequest,
+    ) -> Result<SyncResponse, crate::ClientError> {
+        self.post(&["agents", agent, "sync"], Some(request))
+            .await?
+            .body()
+    }
+
+    /// Appends `chunk` to a session's log `stream` (`stdout`, `stderr`) at `offset`; a refusal
+    /// with status 409 carries the size the manager holds in `details.size`.
+    pub async fn append_log(
+        &self,
+        agent: &str,
+        session: &str,
+        stream: &str,
+        offset: u64,
+        chunk: Vec<u8>,
+    ) -> Result<(), crate::ClientError> {
+        let url = self.url(
+            &["agents", agent, "sessions", session, "logs", stream],
+            &[("offset", Some(offset.to_string()))],
+        );
+        self.send_bytes::<serde_json::Value>(reqwest::Method::POST, url, chunk)
+            .await
+            .map(drop)
+    }
+
+    /// Uploads one file of a session's outputs, `path` relative to its output directory.
+    pub async fn put_output(
+        &self,
+        agent: &str,
+        session: &str,
+        path: &str,
+        data: Vec<u8>,
+    ) -> Result<(), crate::ClientError> {
+        let segments = ["agents", agent, "sessions", session, "outputs"]
+            .into_iter()
+            .chain(path.split('/'))
+            .collect::<Vec<_>>();
+        let url = self.url(&segments, &[]);
+        self.send_bytes::<serde_json::Value>(reqwest::Method::PUT, url, data)
+            .await
+            .map(drop)
+    }
+
+    /// Downloads one of a session's inputs.
+    pub async fn get_input(
+        &self,
+        agent: &str,
+        session: &str,
+        path: &str,
+    ) -> Result<Vec<u8>, crate::ClientError> {
+        let segments = ["agents", agent, "sessions", session, "inputs"]
+            .into_iter()
+            .chain(path.split('/'))
+            .collect::<Vec<_>>();
+        self.get_bytes(&segments, &[]).await
+    }
+}

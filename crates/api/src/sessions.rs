@@ -1,0 +1,128 @@
+//! Sessions: what a user submits, and a session as the API shows it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use corral_core::{Session, SessionState, SessionType, Slots, Timestamp};
+
+/// `POST /sessions`: what a user submits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewSession {
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::Name))]
+    pub group: String,
+    #[serde(rename = "type", default)]
+    pub kind: SessionType,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<corral_core::openapi::ImageName>))]
+    pub image: Option<String>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::NoNul>))]
+    pub command: Vec<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::RequiredSlots))]
+    pub request: Slots,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = -1000, maximum = 1000))]
+    pub priority: i32,
+    /// Files the user uploads before it may start, relative to its working directory.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::SessionPath>, max_items = 1000))]
+    pub inputs: Vec<String>,
+    /// Paths collected when it ends, relative to its working directory.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::SessionPath>, max_items = 1000))]
+    pub outputs: Vec<String>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Environment))]
+    pub environment: BTreeMap<String, String>,
+}
+
+/// The answer to `POST /sessions`: the new session's id and state (pending; or rejected is
+/// refused with 422 instead).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Submitted {
+    pub id: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Pending))]
+    pub state: SessionState,
+}
+
+/// The submitted fields the cycle does not read, kept with the session. Only its owner and
+/// admins see them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Spec {
+    #[serde(default)]
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub inputs: Vec<String>,
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    #[serde(default)]
+    pub environment: BTreeMap<String, String>,
+}
+
+/// A session as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SessionView {
+    #[serde(flatten)]
+    pub session: Session,
+    #[serde(flatten)]
+    pub spec: Spec,
+    /// What it holds on its agent while scheduled or running.
+    pub allocation: Option<Slots>,
+    /// Why it waits, from the last pass that left it pending.
+    pub wait_reason: Option<String>,
+    /// Why it ended (rejected, cancelled, failed...).
+    pub end_reason: Option<String>,
+    /// The exit code its command ended with, once it ran.
+    pub exit_code: Option<i32>,
+    /// When its state last changed.
+    pub updated_at: Timestamp,
+    /// Its state changes, oldest first; in `GET /sessions/{id}` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<HistoryEntry>,
+}
+
+impl SessionView {
+    /// Why it is where it is: what it waits for, or how it ended.
+    pub fn reason(&self) -> Option<&str> {
+        self.wait_reason.as_deref().or(self.end_reason.as_deref())
+    }
+}
+
+/// One state change of a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HistoryEntry {
+    pub at: Timestamp,
+    pub state: SessionState,
+    pub reason: String,
+}
+
+/// `GET /sessions`: every given field must match; `after` continues after that session id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct SessionQuery {
+    pub group: Option<String>,
+    pub owner: Option<String>,
+    pub state: Option<SessionState>,
+    /// Clamped to 1..=1000; default 100.
+    pub limit: Option<u32>,
+    /// A session id: continue after it.
+    pub after: Option<String>,
+}
+
+/// One file of a session's outputs (`GET /sessions/{id}/outputs`), `path` relative to its
+/// output directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OutputFile {
+    pub path: String,
+    /// Bytes.
+    pub size: u64,
+}

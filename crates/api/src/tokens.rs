@@ -1,0 +1,75 @@
+//! Tokens: who calls, with which role; a user's token and a group's one-time bootstrap token.
+
+use serde::{Deserialize, Serialize};
+
+use corral_core::Timestamp;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    User,
+    /// An agent daemon: its token acts for the agent named by the token's user.
+    Agent,
+    /// A one-time, expiring token an agent joins the group named by the token's user with.
+    Bootstrap,
+}
+
+/// `POST /tokens` (admin): a token for a user.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewToken {
+    #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::Name))]
+    pub user: String,
+    #[serde(default = "user_role")]
+    pub role: Role,
+}
+
+fn user_role() -> Role {
+    Role::User
+}
+
+/// The answer to `POST /tokens`: the secret, shown this once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenCreated {
+    pub id: String,
+    pub user: String,
+    pub role: Role,
+    pub token: String,
+}
+
+/// `POST /groups/{name}/bootstrap-tokens` (admin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct NewBootstrapToken {
+    /// How long the token may be used (once), in seconds.
+    #[serde(default = "default_bootstrap_ttl")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 604_800))]
+    pub ttl_secs: u64,
+}
+
+impl Default for NewBootstrapToken {
+    fn default() -> Self {
+        NewBootstrapToken {
+            ttl_secs: default_bootstrap_ttl(),
+        }
+    }
+}
+
+fn default_bootstrap_ttl() -> u64 {
+    3600
+}
+
+/// The answer to `POST /groups/{name}/bootstrap-tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BootstrapTokenCreated {
+    pub token: String,
+    pub group: String,
+    pub expires_at: Timestamp,
+}

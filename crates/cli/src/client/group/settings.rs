@@ -1,0 +1,284 @@
+//! The settings of `corral group create` and `set-policy`: their flags, and the request bodies
+//! built from the flags and a JSON file (templates too): `set-policy` sends a JSON merge patch
+//! of only what was given, which the manager merges into the group's current settings.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use serde_json::{json, Map, Value};
+
+use super::super::{api_name, read_json};
+
+/// The settings flags of `create` and `set-policy`; each maps to one field of the API's group.
+#[derive(Args, Debug, Default)]
+pub struct Settings {
+    /// Scaling policy.
+    #[arg(long, value_enum)]
+    policy: Option<PolicyKind>,
+    /// Agents the policy never scales below.
+    #[arg(long, value_name = "N")]
+    min_nodes: Option<u32>,
+    /// Agents (alive, marked, lost or launching) the group never exceeds.
+    #[arg(long, value_name = "N")]
+    max_nodes: Option<u32>,
+    /// Free capacity the group keeps so that sessions start at once, e.g. cpu=4,mem=8GiB.
+    #[arg(long, value_name = "SLOTS")]
+    headroom: Option<String>,
+    /// Seconds an agent stays idle before scale-in marks it.
+    #[arg(long, value_name = "N")]
+    idle_wait_secs: Option<u64>,
+    /// Seconds after a launch during which nothing more is launched.
+    #[arg(long, value_name = "N")]
+    cooldown_secs: Option<u64>,
+    /// The order in which pending sessions are considered.
+    #[arg(long, value_enum)]
+    scheduler: Option<Sequencer>,
+    /// Where a session goes among the agents it fits on.
+    #[arg(long, value_enum)]
+    placement: Option<Placement>,
+    /// What a blocked session at the head of the queue does to those behind it.
+    #[arg(long, value_enum)]
+    head_of_line: Option<HeadOfLine>,
+    /// With backfill: passes a blocked session holds back those behind it.
+    #[arg(long, value_name = "N")]
+    skip_after: Option<u32>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum PolicyKind {
+    /// Never launches or terminates (on-premise).
+    Fixed,
+    /// Launches for unmet demand and headroom, scales in idle agents.
+    Demand,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Sequencer {
+    /// Oldest first.
+    Fifo,
+    /// Newest first.
+    Lifo,
+    /// Highest priority first.
+    Priority,
+    /// Dominant resource fairness between owners.
+    Drf,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Placement {
+    /// The fullest agent that fits.
+    Binpack,
+    /// The emptiest agent.
+    Spread,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum HeadOfLine {
+    /// Nothing behind a blocked session is placed.
+    Strict,
+    /// Sessions behind a blocked one go after --skip-after passes.
+    Backfill,
+}
+
+impl Settings {
+    /// Writes the given flags into the policy and scheduler objects.
+    fn apply(&self, policy: &mut Map<String, Value>, scheduler: &mut Map<String, Value>) {
+        let set = |map: &mut Map<String, Value>, key: &str, value: Option<Value>| {
+            if let Some(v) = value {
+                map.insert(key.to_string(), v);
+            }
+        };
+        set(policy, "kind", self.policy.map(|p| api_name(&p).into()));
+        set(policy, "min_nodes", self.min_nodes.map(Value::from));
+        set(policy, "max_nodes", self.max_nodes.map(Value::from));
+        set(policy, "headroom", self.headroom.clone().map(Value::from));
+        set(
+            policy,
+            "idle_wait_secs",
+            self.idle_wait_secs.map(Value::from),
+        );
+        set(policy, "cooldown_secs", self.cooldown_secs.map(Value::from));
+        set(
+            scheduler,
+            "sequencer",
+            self.scheduler.map(|s| api_name(&s).into()),
+        );
+        set(
+            scheduler,
+            "placement",
+            self.placement.map(|p| api_name(&p).into()),
+        );
+        set(
+            scheduler,
+            "head_of_line",
+            self.head_of_line.map(|h| api_name(&h).into()),
+        );
+        set(scheduler, "skip_after", self.skip_after.map(Value::from));
+    }
+}
+
+/// The body of `POST /groups`: the file's group (if any), its name checked, then the flags.
+pub(super) fn create_body(
+    name: &str,
+    settings: &Settings,
+    file: Option<&std::path::Path>,
+) -> Result<Value> {
+    let mut body = match file {
+        Some(path) => read_json(path)?,
+        None => json!({}),
+    };
+    let what = file.map_or("the group".to_string(), |p| p.display().to_string());
+    let group = body
+        .as_object_mut()
+        .with_context(|| format!("{what}: a group is a JSON object"))?;
+    if let Some(other) = group.get("name").filter(|n| n.as_str() != Some(name)) {
+        bail!("{what}: names the group {other}, not {name:?}");
+    }
+    group.insert("name".into(), name.into());
+    let mut policy = section(group, "policy", &what)?;
+    let mut scheduler = section(group, "scheduler", &what)?;
+    settings.apply(&mut policy, &mut scheduler);
+    for (key, map) in [("policy", policy), ("scheduler", scheduler)] {
+        if !map.is_empty() {
+            group.insert(key.into(), Value::Object(map));
+        }
+    }
+    Ok(body)
+}
+
+/// The body of `PATCH /groups/NAME` for `set-policy`: a JSON merge patch naming only the
+/// fields the file's `policy` and `scheduler` objects and the flags give (the flags win); the
+/// manager merges it into the group's current settings.
+pub(super) fn policy_patch(
+    name: &str,
+    settings: &Settings,
+    file: Option<&std::path::Path>,
+) -> Result<Value> {
+    let mut policy = Map::new();
+    let mut scheduler = Map::new();
+    if let Some(path) = file {
+        let what = path.display().to_string();
+        let value = read_json(path)?;
+        let given = value
+            .as_object()
+            .with_context(|| format!("{what}: must hold a JSON object"))?;
+        for key in given.keys() {
+            match key.as_str() {
+                "policy" | "scheduler" => {}
+                "name" if given.get("name").and_then(Value::as_str) == Some(name) => {}
+                "name" => bail!("{what}: names another group, {}", given["name"]),
+                "templates" => bail!("{what}: set-policy does not change templates; use `corral group templates NAME --file`"),
+                other => bail!("{what}: unknown field {other:?}; expected policy and scheduler"),
+            }
+        }
+        policy = section(given, "policy", &what)?;
+        scheduler = section(given, "scheduler", &what)?;
+    }
+    settings.apply(&mut policy, &mut scheduler);
+    let mut patch = Map::new();
+    for (key, fields) in [("policy", policy), ("scheduler", scheduler)] {
+        if !fields.is_empty() {
+            patch.insert(key.into(), Value::Object(fields));
+        }
+    }
+    if patch.is_empty() {
+        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --scheduler, --placement, --head-of-line, --skip-after or --file");
+    }
+    Ok(Value::Object(patch))
+}
+
+/// An object-valued field of a JSON object (absent: empty).
+fn section(object: &Map<String, Value>, key: &str, what: &str) -> Result<Map<String, Value>> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(map)) => Ok(map.clone()),
+        Some(_) => bail!("{what}: `{key}` must be a JSON object"),
+    }
+}
+
+/// Templates are an array; a group object lends its `templates`.
+pub(super) fn templates_body(value: Value) -> Result<Value> {
+    match value {
+        Value::Array(_) => Ok(value),
+        Value::Object(mut group) => match group.remove("templates") {
+            Some(t @ Value::Array(_)) => Ok(t),
+            _ => bail!("expected a JSON array of templates, or an object with a `templates` array"),
+        },
+        _ => bail!("expected a JSON array of templates"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_merges_the_file_then_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("g.json");
+        std::fs::write(
+            &file,
+            r#"{"name": "g", "policy": {"kind": "demand", "max_nodes": 3}, "templates": []}"#,
+        )
+        .unwrap();
+        let settings = Settings {
+            max_nodes: Some(5),
+            head_of_line: Some(HeadOfLine::Strict),
+            ..Default::default()
+        };
+        let body = create_body("g", &settings, Some(&file)).unwrap();
+        assert_eq!(
+            body,
+            json!({"name": "g", "policy": {"kind": "demand", "max_nodes": 5}, "scheduler": {"head_of_line": "strict"}, "templates": []})
+        );
+        assert!(create_body("other", &settings, Some(&file))
+            .unwrap_err()
+            .to_string()
+            .contains("names the group"));
+        assert_eq!(
+            create_body("h", &Settings::default(), None).unwrap(),
+            json!({"name": "h"})
+        );
+    }
+
+    #[test]
+    fn set_policy_sends_only_what_is_given() {
+        let settings = Settings {
+            min_nodes: Some(2),
+            scheduler: Some(Sequencer::Drf),
+            ..Default::default()
+        };
+        assert_eq!(
+            policy_patch("g", &settings, None).unwrap(),
+            json!({"policy": {"min_nodes": 2}, "scheduler": {"sequencer": "drf"}})
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("g.json");
+        std::fs::write(
+            &file,
+            r#"{"name": "g", "policy": {"kind": "demand", "min_nodes": 1}, "scheduler": null}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            policy_patch("g", &settings, Some(&file)).unwrap(),
+            json!({"policy": {"kind": "demand", "min_nodes": 2}, "scheduler": {"sequencer": "drf"}})
+        );
+        assert!(policy_patch("h", &settings, Some(&file))
+            .unwrap_err()
+            .to_string()
+            .contains("names another group"));
+        assert!(policy_patch("g", &Settings::default(), None)
+            .unwrap_err()
+            .to_string()
+            .contains("nothing to change"));
+    }
+
+    #[test]
+    fn templates_come_from_an_array_or_a_group() {
+        assert_eq!(templates_body(json!([])).unwrap(), json!([]));
+        assert_eq!(
+            templates_body(json!({"name": "g", "templates": [1]})).unwrap(),
+            json!([1])
+        );
+        assert!(templates_body(json!({"name": "g"})).is_err());
+    }
+}

@@ -1,0 +1,200 @@
+//! Agents as people see and manage them: register one by hand (the static provider's way to
+//! join), list, get, drain (mark by hand) and unmark. The agents' own side of the API (join,
+//! sync, uploads) is `crate::agents`.
+
+use super::openapi::{ErrorResponse, Name};
+use corral_api::agents::{AgentQuery, RegisterAgent};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use corral_core::{Agent, AgentId, AgentState, Slots};
+
+use super::Result;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{Body, Query};
+use crate::names::check_name;
+use crate::{now, App};
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents",
+    summary = "Register an agent by hand (admin); 409 if one with this id exists",
+    request_body = RegisterAgent,
+    responses(
+        (status = 201, description = "success", body = Agent),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
+pub(super) async fn register_agent(
+    State(app): State<App>,
+    caller: Caller,
+    Body(b): Body<RegisterAgent>,
+) -> Result<impl IntoResponse> {
+    caller.require_admin()?;
+    check_name("id", &b.id)?;
+    let group = app
+        .store
+        .get_group(&b.group)
+        .await?
+        .ok_or_else(|| ApiError::invalid("group", format!("no group {:?}", b.group)))?;
+    if let Some(t) = b
+        .template
+        .as_deref()
+        .filter(|t| !group.templates.iter().any(|x| x.name == *t))
+    {
+        return Err(ApiError::invalid(
+            "template",
+            format!("group {:?} has no template {t:?}", group.name),
+        ));
+    }
+    if b.capacity.is_empty() {
+        return Err(ApiError::invalid(
+            "capacity",
+            "an agent offers at least one slot",
+        ));
+    }
+    if let Some(existing) = app.store.get_agent(&b.id).await? {
+        if existing.group != group.name || existing.state != AgentState::Terminated {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("agent {:?} already exists", b.id),
+            ));
+        }
+    }
+    let now = now();
+    let agent = Agent {
+        id: AgentId(b.id),
+        group: group.name,
+        template: b.template,
+        capacity: b.capacity,
+        allocated: Slots::new(),
+        state: AgentState::Alive,
+        labels: b.labels,
+        external: false,
+        drained_by_hand: false,
+        idle_since: Some(now),
+    };
+    app.store.upsert_agent(&agent, now).await?;
+    app.control.wake(&agent.group);
+    Ok((StatusCode::CREATED, Json(agent)))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents",
+    summary = "List agents",
+    params(AgentQuery),
+    responses(
+        (status = 200, description = "success", body = Vec<Agent>),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+    )
+)]
+pub(super) async fn list_agents(
+    State(app): State<App>,
+    _: Caller,
+    Query(q): Query<AgentQuery>,
+) -> Result<Json<Vec<Agent>>> {
+    Ok(Json(app.store.list_agents(q.group.as_deref()).await?))
+}
+
+async fn find_agent(app: &App, id: &str) -> Result<Agent> {
+    app.store
+        .get_agent(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("agent", id))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/agents/{id}",
+    summary = "Get an agent",
+    params(("id" = Name, Path, description = "the agent")),
+    responses(
+        (status = 200, description = "success", body = Agent),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
+pub(super) async fn get_agent(
+    State(app): State<App>,
+    _: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Agent>> {
+    Ok(Json(find_agent(&app, &id).await?))
+}
+
+/// Drain by hand: the agent takes nothing new, and the policy never unmarks it.
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/{id}/drain",
+    summary = "Drain by hand: the agent takes nothing new and the policy never unmarks it (admin); 409 unless it is alive or marked",
+    params(("id" = Name, Path, description = "the agent")),
+    responses(
+        (status = 200, description = "success", body = Agent),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+    )
+)]
+pub(super) async fn drain(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Agent>> {
+    set_mark(app, caller, id, true).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/agents/{id}/unmark",
+    summary = "Unmark a marked agent (admin); 409 unless it is alive or marked",
+    params(("id" = Name, Path, description = "the agent")),
+    responses(
+        (status = 200, description = "success", body = Agent),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+    )
+)]
+pub(super) async fn unmark(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Agent>> {
+    set_mark(app, caller, id, false).await
+}
+
+async fn set_mark(app: App, caller: Caller, id: String, marked: bool) -> Result<Json<Agent>> {
+    caller.require_admin()?;
+    let agent = find_agent(&app, &id).await?;
+    if !matches!(agent.state, AgentState::Alive | AgentState::Marked) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "refused",
+            format!("agent {id:?} is {:?}, not alive or marked", agent.state).to_lowercase(),
+        ));
+    }
+    let (state, by_hand) = if marked {
+        (AgentState::Marked, true)
+    } else {
+        (AgentState::Alive, false)
+    };
+    app.store
+        .set_agent_state(&id, state, by_hand, now())
+        .await?;
+    app.control.wake(&agent.group);
+    Ok(Json(find_agent(&app, &id).await?))
+}

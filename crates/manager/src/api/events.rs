@@ -1,0 +1,51 @@
+//! Events: what happened to sessions, agents and a group's provider, newest first. Admins read
+//! them all; users read the events of their own sessions.
+
+use super::openapi::ErrorResponse;
+use axum::extract::State;
+use axum::Json;
+use corral_api::events::{Event, EventQuery};
+use corral_store::EventFilter;
+
+use super::{own_session, Result};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::Query;
+use crate::App;
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    summary = "Events, newest first (users: of their own sessions, with session=ID)",
+    params(EventQuery),
+    responses(
+        (status = 200, description = "success", body = Vec<Event>),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
+pub(super) async fn list_events(
+    State(app): State<App>,
+    caller: Caller,
+    Query(q): Query<EventQuery>,
+) -> Result<Json<Vec<Event>>> {
+    if !caller.is_admin() {
+        // Users read the events of their own sessions.
+        let Some(session) = q.session.as_deref() else {
+            return Err(ApiError::forbidden(
+                "users read events of their own sessions: add session=ID",
+            ));
+        };
+        own_session(&app, &caller, session).await?;
+    }
+    let filter = EventFilter {
+        group: q.group,
+        session: q.session,
+        agent: q.agent,
+        before_id: q.before,
+        limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
+    };
+    Ok(Json(app.store.list_events(&filter).await?))
+}

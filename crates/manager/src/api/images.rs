@@ -1,0 +1,108 @@
+//! Images: the container images sessions name, each with the minimum slots a session of it
+//! takes. Changing one invalidates the admission views (`crate::views`).
+
+use super::openapi::{ErrorResponse, ImageName};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use corral_api::images::ImageUpdate;
+use corral_core::Image;
+
+use super::Result;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::Body;
+use crate::names::check_image_name;
+use crate::App;
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/images",
+    summary = "List images",
+    responses(
+        (status = 200, description = "success", body = Vec<Image>),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+    )
+)]
+pub(super) async fn list_images(State(app): State<App>, _: Caller) -> Result<Json<Vec<Image>>> {
+    Ok(Json(app.store.list_images().await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/images/{name}",
+    summary = "Get an image",
+    params(("name" = ImageName, Path, description = "the image")),
+    responses(
+        (status = 200, description = "success", body = Image),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
+pub(super) async fn get_image(
+    State(app): State<App>,
+    _: Caller,
+    Path(name): Path<String>,
+) -> Result<Json<Image>> {
+    app.store
+        .get_image(&name)
+        .await?
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found("image", &name))
+}
+
+#[utoipa::path(
+    put,
+    path = "/api/v1/images/{name}",
+    summary = "Create or replace an image and its minimum slots (admin)",
+    params(("name" = ImageName, Path, description = "the image")),
+    request_body = ImageUpdate,
+    responses(
+        (status = 200, description = "success", body = Image),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
+pub(super) async fn put_image(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(b): Body<ImageUpdate>,
+) -> Result<Json<Image>> {
+    caller.require_admin()?;
+    check_image_name("name", &name)?;
+    let image = Image {
+        name,
+        min_slots: b.min_slots,
+    };
+    app.store.put_image(&image).await?;
+    app.control.views.invalidate_all();
+    Ok(Json(image))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/api/v1/images/{name}",
+    summary = "Delete an image (admin)",
+    params(("name" = ImageName, Path, description = "the image")),
+    responses(
+        (status = 204, description = "done"),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
+pub(super) async fn delete_image(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<StatusCode> {
+    caller.require_admin()?;
+    app.store.delete_image(&name).await?;
+    app.control.views.invalidate_all();
+    Ok(StatusCode::NO_CONTENT)
+}

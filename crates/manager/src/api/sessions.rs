@@ -1,0 +1,314 @@
+//! Sessions as people see them: submit (checked in full, then admitted against the group at
+//! once, so an impossible request is a 422 and stored nowhere), list, get and cancel. What a
+//! session runs is its `Spec`, which the agents' side (`crate::agents`) reads too.
+
+use super::openapi::ErrorResponse;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+pub(crate) use corral_api::sessions::Spec;
+use corral_api::sessions::{NewSession, SessionQuery, SessionView, Submitted};
+use corral_core::admission::admit;
+use corral_core::{Session, SessionId, SessionState, Snapshot};
+use corral_store::{SessionFilter, SessionRecord};
+use serde_json::json;
+
+use super::{known_image, new_id, Result};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{Body, Query};
+use crate::names::{check_image_name, check_name, check_no_nul, check_relative};
+use crate::{now, App};
+
+const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
+/// Most inputs (and outputs) one session names.
+const MAX_FILES: usize = 1000;
+
+fn check_submit(b: &NewSession) -> Result<()> {
+    check_name("group", &b.group)?;
+    if b.command.is_empty() && b.image.is_none() {
+        return Err(ApiError::invalid(
+            "command",
+            "give a command, an image, or both",
+        ));
+    }
+    if b.request.is_empty() {
+        return Err(ApiError::invalid(
+            "request",
+            "ask for at least one slot, e.g. cpu=1",
+        ));
+    }
+    if !PRIORITY_RANGE.contains(&b.priority) {
+        return Err(ApiError::invalid(
+            "priority",
+            format!(
+                "{} is outside {}..={}",
+                b.priority,
+                PRIORITY_RANGE.start(),
+                PRIORITY_RANGE.end()
+            ),
+        ));
+    }
+    if let Some(image) = &b.image {
+        check_image_name("image", image)?;
+    }
+    for (i, arg) in b.command.iter().enumerate() {
+        check_no_nul(&format!("command[{i}]"), arg)?;
+    }
+    for (field, paths) in [("inputs", &b.inputs), ("outputs", &b.outputs)] {
+        if paths.len() > MAX_FILES {
+            return Err(ApiError::invalid(
+                field,
+                format!("{} paths given; at most {MAX_FILES}", paths.len()),
+            ));
+        }
+        for (i, p) in paths.iter().enumerate() {
+            check_relative(&format!("{field}[{i}]"), p)?;
+        }
+    }
+    for (key, value) in &b.environment {
+        let ok = key.len() <= 255
+            && key
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(ApiError::invalid(
+                "environment",
+                format!("{key:?} is not a variable name"),
+            ));
+        }
+        check_no_nul(&format!("environment.{key}"), value)?;
+    }
+    Ok(())
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/sessions",
+    summary = "Submit a session; an infeasible request is refused with 422 and stored nowhere",
+    request_body = NewSession,
+    responses(
+        (status = 201, description = "success", body = Submitted),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+        (status = 422, response = ErrorResponse),
+    )
+)]
+pub(super) async fn submit(
+    State(app): State<App>,
+    caller: Caller,
+    Body(b): Body<NewSession>,
+) -> Result<impl IntoResponse> {
+    check_submit(&b)?;
+    let view = match app.control.views.get(&b.group) {
+        Some(view) => view,
+        None => {
+            let generation = app.control.views.generation(&b.group);
+            let group = app
+                .store
+                .get_group(&b.group)
+                .await?
+                .ok_or_else(|| ApiError::invalid("group", format!("no group {:?}", b.group)))?;
+            // Admission needs the group's agents, templates and images, not its sessions.
+            let view = Snapshot {
+                now: now(),
+                agents: app.store.list_agents(Some(&group.name)).await?,
+                group,
+                sessions: Vec::new(),
+                images: app.store.list_images().await?,
+                in_flight: Vec::new(),
+                last_scale_out: None,
+                launch_limits: Default::default(),
+            };
+            app.control.views.remember(view, generation)
+        }
+    };
+    known_image(&view, b.image.as_deref())?;
+    let required = view.required_for(&b.request, b.image.as_deref());
+    if let Err(reason) = admit(&view, &required) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "infeasible",
+            reason.to_string(),
+        )
+        .with_details(json!({"field": "request", "required": required})));
+    }
+    let session = Session {
+        id: SessionId(new_id("s")),
+        group: view.group.name.clone(),
+        owner: caller.user,
+        priority: b.priority,
+        request: b.request,
+        image: b.image,
+        kind: b.kind,
+        submitted_at: now(),
+        state: SessionState::Pending,
+        agent: None,
+        blocked_passes: 0,
+    };
+    let spec = Spec {
+        command: b.command,
+        inputs: b.inputs,
+        outputs: b.outputs,
+        environment: b.environment,
+    };
+    let spec = serde_json::to_value(&spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    app.submitter.submit(session.clone(), spec).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(Submitted {
+            id: session.id.0,
+            state: session.state,
+        }),
+    ))
+}
+
+/// What `caller` may see of the session: all of it if theirs (or an admin's view), else its
+/// place in the queue without what it runs, its environment or its files.
+pub(super) fn seen_by(mut view: SessionView, caller: &Caller) -> SessionView {
+    if !caller.is_admin() && view.session.owner != caller.user {
+        view.spec = Spec::default();
+        view.history.clear();
+    }
+    view
+}
+
+/// A stored session as the API shows it.
+pub(super) fn view(r: SessionRecord) -> SessionView {
+    SessionView {
+        spec: serde_json::from_value(r.spec).unwrap_or_default(),
+        session: r.session,
+        allocation: r.allocation,
+        wait_reason: r.wait_reason,
+        end_reason: r.end_reason,
+        exit_code: r.exit_code,
+        updated_at: r.updated_at,
+        history: r.history,
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/sessions",
+    summary = "List sessions (users see their own), oldest first; 404 if after names no session",
+    params(SessionQuery),
+    responses(
+        (status = 200, description = "success", body = Vec<SessionView>),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
+pub(super) async fn list_sessions(
+    State(app): State<App>,
+    caller: Caller,
+    Query(q): Query<SessionQuery>,
+) -> Result<Json<Vec<SessionView>>> {
+    let owner = if caller.is_admin() {
+        q.owner
+    } else {
+        Some(caller.user)
+    };
+    let filter = SessionFilter {
+        group: q.group,
+        owner,
+        state: q.state,
+        limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
+        after_id: q.after,
+        agent: None,
+    };
+    Ok(Json(
+        app.store
+            .list_sessions(&filter)
+            .await?
+            .into_iter()
+            .map(view)
+            .collect(),
+    ))
+}
+
+/// A session the caller may see: admins see all, users their own.
+pub(crate) async fn own_session(app: &App, caller: &Caller, id: &str) -> Result<SessionRecord> {
+    let record = app
+        .store
+        .get_session(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("session", id))?;
+    if !caller.is_admin() && record.session.owner != caller.user {
+        return Err(ApiError::forbidden(format!(
+            "session {id:?} belongs to another user"
+        )));
+    }
+    app.activity.touch(&app.store, id).await;
+    Ok(record)
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/sessions/{id}",
+    summary = "Get a session with its state history and why it waits",
+    params(("id" = String, Path, description = "the session")),
+    responses(
+        (status = 200, description = "success", body = SessionView),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+    )
+)]
+pub(super) async fn get_session(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>> {
+    Ok(Json(view(own_session(&app, &caller, &id).await?)))
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/sessions/{id}/cancel",
+    summary = "Cancel a session; 409 once it has ended",
+    params(("id" = String, Path, description = "the session")),
+    responses(
+        (status = 200, description = "success", body = SessionView),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+    )
+)]
+pub(super) async fn cancel(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<SessionView>> {
+    let record = own_session(&app, &caller, &id).await?;
+    if !matches!(
+        record.session.state,
+        SessionState::Pending | SessionState::Scheduled | SessionState::Running
+    ) {
+        let state = serde_json::to_value(record.session.state).unwrap_or_default();
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_ended",
+            format!(
+                "session {id:?} has already ended ({})",
+                state.as_str().unwrap_or("ended")
+            ),
+        ));
+    }
+    let record = app
+        .store
+        .cancel_session(&id, now(), &format!("cancelled by {}", caller.user))
+        .await?;
+    app.control.wake(&record.session.group);
+    if let Some(agent) = &record.session.agent {
+        app.control.wake_agent(&agent.0);
+    }
+    Ok(Json(view(record)))
+}

@@ -1,0 +1,104 @@
+//! Tokens: people's tokens made by an admin (`POST /tokens`), and the one-time bootstrap tokens
+//! an agent joins a group with (`POST /groups/{name}/bootstrap-tokens`). How tokens are made,
+//! stored and checked is `crate::auth`.
+
+use super::openapi::{ErrorResponse, Name};
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use corral_api::tokens::{BootstrapTokenCreated, NewBootstrapToken, NewToken, TokenCreated};
+use corral_store::Role;
+
+use super::{find_group, Result};
+use crate::auth::{create_token, Caller};
+use crate::error::ApiError;
+use crate::extract::Body;
+use crate::names::check_name;
+use crate::{now, App};
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/tokens",
+    summary = "Create a token for a user; the secret is shown once (admin)",
+    request_body = NewToken,
+    responses(
+        (status = 201, description = "success", body = TokenCreated),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
+pub(super) async fn new_token(
+    State(app): State<App>,
+    caller: Caller,
+    Body(body): Body<NewToken>,
+) -> Result<impl IntoResponse> {
+    caller.require_admin()?;
+    check_name("user", &body.user)?;
+    if body.role == Role::Bootstrap {
+        return Err(ApiError::invalid(
+            "role",
+            "bootstrap tokens are made per group: POST /api/v1/groups/{name}/bootstrap-tokens",
+        ));
+    }
+    let (id, token) = create_token(&app.store, body.role, &body.user, now()).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(TokenCreated {
+            id,
+            user: body.user,
+            role: body.role,
+            token,
+        }),
+    ))
+}
+
+/// A one-time token an agent joins this group with; it expires unused after `ttl_secs`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/groups/{name}/bootstrap-tokens",
+    summary = "A one-time token an agent joins this group with; it expires unused after ttl_secs (admin)",
+    params(("name" = Name, Path, description = "the group")),
+    request_body = NewBootstrapToken,
+    responses(
+        (status = 201, description = "success", body = BootstrapTokenCreated),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+    )
+)]
+pub(super) async fn new_bootstrap_token(
+    State(app): State<App>,
+    caller: Caller,
+    Path(name): Path<String>,
+    Body(b): Body<NewBootstrapToken>,
+) -> Result<impl IntoResponse> {
+    caller.require_admin()?;
+    find_group(&app, &name).await?;
+    if !(1..=7 * 24 * 3600).contains(&b.ttl_secs) {
+        return Err(ApiError::invalid(
+            "ttl_secs",
+            format!("{} is outside 1..=604800", b.ttl_secs),
+        ));
+    }
+    let (token, expires_at) = crate::auth::create_bootstrap_token(
+        &app.store,
+        &name,
+        None,
+        std::time::Duration::from_secs(b.ttl_secs),
+        now(),
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(BootstrapTokenCreated {
+            token,
+            group: name,
+            expires_at,
+        }),
+    ))
+}

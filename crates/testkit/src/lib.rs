@@ -1,0 +1,16 @@
+//! What Corral's tests share, one concept per module: waiting for a condition
+//! ([`eventually`]), skipping a test whose service is missing ([`require`], which fails
+//! instead under `CI=true`), and leaving nothing running ([`KillLeftovers`],
+//! [`RemoveContainers`]).
+//!
+//! A dev-dependency only: no shipped crate links it, except through a `testing` feature.
+
+mod containers;
+mod eventually;
+mod processes;
+mod skip;
+
+pub use containers::RemoveContainers;
+pub use eventually::{eventually, eventually_async, Ready};
+pub use processes::KillLeftovers;
+pub use skip::{postgres_admin_url, require, require_ok, skip, POSTGRES_ENV};
