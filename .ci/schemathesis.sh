@@ -22,7 +22,9 @@ SEED=${SEED:-20261202}
 if [ "$(schemathesis --version 2>/dev/null)" != "schemathesis, version $SCHEMATHESIS_VERSION" ]; then
   python3 -m pip install -q "schemathesis==$SCHEMATHESIS_VERSION"
 fi
-cargo build --locked -p corral-cli
+# The `corral` binary the test command built (`--no-run`: nothing to do after it); `cargo build
+# -p corral-cli` would build every dependency again with the CLI's features alone.
+cargo test --workspace --locked --no-run
 
 work=$(mktemp -d /tmp/corral-schemathesis.XXXXXX)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

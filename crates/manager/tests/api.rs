@@ -750,21 +750,19 @@ on_both!(
 
 /// Waits until the group has an event of `kind` whose message contains `words`.
 async fn wait_event(m: &Manager, group: &str, kind: &str, words: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
+    let what = format!("a {kind} event of {group} with {words:?}");
+    corral_testkit::eventually_async(&what, std::time::Duration::from_secs(10), || async {
         let events = m.get(&format!("/api/v1/events?group={group}")).await.body;
         let found = events.as_array().unwrap().iter().any(|e| {
             e["kind"] == kind && e["message"].as_str().unwrap_or_default().contains(words)
         });
         if found {
-            return;
+            Ok(())
+        } else {
+            Err(format!("events: {events}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {kind} event with {words:?}: {events}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test]

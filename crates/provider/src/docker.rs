@@ -57,6 +57,7 @@ const BUSYBOX: &str = "/bin/busybox";
 /// Seconds `docker stop` waits before it kills.
 const STOP_TIMEOUT_SECS: i32 = 10;
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OptionsDocker))]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Options {
@@ -66,6 +67,7 @@ pub struct Options {
     pub network: String,
     #[serde(default, deserialize_with = "docker_host")]
     pub docker_host: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(inline))]
     #[serde(default, deserialize_with = "process_runtime")]
     pub runtime: AgentRuntime,
     #[serde(default, deserialize_with = "checked::extra_agent_env")]

@@ -64,9 +64,11 @@ const EXCERPT_CHARS: usize = 200;
 /// them) before the call gives up on them.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OptionsExec))]
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Options {
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     #[serde(deserialize_with = "plugin_path")]
     pub command: PathBuf,
     #[serde(default, deserialize_with = "checked::args")]
@@ -92,17 +94,20 @@ impl std::fmt::Debug for Options {
     }
 }
 
+/// The longest `timeout_secs`.
+pub const MAX_TIMEOUT_SECS: u64 = 3600;
+
 fn default_timeout() -> u64 {
     60
 }
 
 fn timeout_secs<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let secs = u64::deserialize(d)?;
-    if (1..=3600).contains(&secs) {
+    if (1..=MAX_TIMEOUT_SECS).contains(&secs) {
         Ok(secs)
     } else {
         Err(serde::de::Error::custom(format!(
-            "{secs} is not within 1..=3600"
+            "{secs} is not within 1..={MAX_TIMEOUT_SECS}"
         )))
     }
 }

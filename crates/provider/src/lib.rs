@@ -22,6 +22,8 @@ pub mod exec;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 mod local;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod options;
 pub mod process;
 pub mod static_provider;

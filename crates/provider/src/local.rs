@@ -18,6 +18,7 @@ pub(crate) use corral_api::identity::{
 };
 
 /// How the agent runs its sessions (`corral agent --runtime`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentRuntime {

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 pub use corral_api::{ProviderConfig, REDACTED};
 
 /// The providers Corral knows, with the option keys that hold secrets.
-const PROVIDERS: &[(&str, &[&str])] = &[
+pub(crate) const PROVIDERS: &[(&str, &[&str])] = &[
     ("static", &[]),
     ("process", &[]),
     ("docker", &[]),
@@ -86,6 +86,8 @@ impl ProviderSettings for ProviderConfig {
         for key in secrets_of(&self.name).unwrap_or_default() {
             if let Some(value) = shown.options.get_mut(*key) {
                 *value = match value {
+                    // No secret is there: saying "********" would claim one.
+                    Value::Null => Value::Null,
                     Value::Object(map) => Value::Object(
                         map.keys()
                             .map(|k| (k.clone(), Value::String(REDACTED.into())))
@@ -151,7 +153,7 @@ impl ProviderSettings for ProviderConfig {
     }
 }
 
-fn secrets_of(name: &str) -> Option<&'static [&'static str]> {
+pub(crate) fn secrets_of(name: &str) -> Option<&'static [&'static str]> {
     PROVIDERS.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }
 
@@ -211,5 +213,14 @@ mod tests {
             back.options["secret_env"],
             json!({"API_KEY": "new", "OTHER": REDACTED})
         );
+    }
+
+    #[test]
+    fn a_secret_that_is_null_is_shown_null_not_as_one_hidden() {
+        let stored = config(json!({"name": "aws", "options": {
+            "region": "us-east-1", "secret_access_key": "s3cret", "session_token": null}}));
+        let shown = stored.redacted();
+        assert_eq!(shown.options["secret_access_key"], REDACTED);
+        assert_eq!(shown.options["session_token"], Value::Null);
     }
 }

@@ -47,13 +47,16 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// The file in an agent's directory that names its process.
 const INSTANCE_FILE: &str = "instance.json";
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OptionsProcess))]
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Options {
     /// The `corral` executable [default: the manager's own].
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     #[serde(default)]
     pub binary: Option<PathBuf>,
     /// How the agents run their sessions.
+    #[cfg_attr(feature = "openapi", schema(inline))]
     #[serde(default)]
     pub runtime: AgentRuntime,
     /// More arguments for `corral agent`, after the provider's own.

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use crate::{Instance, LaunchRequest, Provider, ProviderError, TemplateOffer};
 
 /// The static provider takes no options.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OptionsStatic))]
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Options {}

@@ -469,27 +469,9 @@ async fn misuse_is_refused() {
     assert!(!PathBuf::from(root.path()).join("twice/pid.json").exists());
 }
 
-/// A cgroup v2 directory sessions may be put under: the host's own unified hierarchy, or the
-/// `unified` one of a hybrid (v1 + v2) host. `None` (with the reason printed) otherwise.
-fn writable_cgroup2() -> Option<PathBuf> {
-    for dir in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
-        let dir = PathBuf::from(dir);
-        if !dir.join("cgroup.controllers").is_file() {
-            continue;
-        }
-        let probe = dir.join(format!("corral-probe{}", std::process::id()));
-        if fs::create_dir(&probe).is_ok() {
-            let _ = fs::remove_dir(&probe);
-            return Some(dir);
-        }
-    }
-    eprintln!("skipping: no writable cgroup v2 directory here (needs root and cgroup2)");
-    None
-}
-
 #[tokio::test]
 async fn a_session_runs_in_its_own_cgroup_which_goes_at_the_end() {
-    let Some(parent) = writable_cgroup2() else {
+    let Some(parent) = corral_testkit::cgroup2_parent() else {
         return;
     };
     let root = tempfile::tempdir().unwrap();
@@ -532,7 +514,7 @@ async fn a_session_runs_in_its_own_cgroup_which_goes_at_the_end() {
 /// killed with it.
 #[tokio::test]
 async fn with_a_cgroup_even_a_process_without_the_cookie_is_killed() {
-    let Some(parent) = writable_cgroup2() else {
+    let Some(parent) = corral_testkit::cgroup2_parent() else {
         return;
     };
     let root = tempfile::tempdir().unwrap();

@@ -62,7 +62,7 @@ async fn orphans_of_a_session_come_to_the_subreaper_which_kills_and_reaps_them()
     assert_eq!(our_zombies(), Vec::<i32>::new(), "zombies left unreaped");
 
     // With a cgroup, even a process without the cookie, orphaned at once, is killed and reaped.
-    let Some(parent) = writable_cgroup2() else {
+    let Some(parent) = corral_testkit::cgroup2_parent() else {
         return;
     };
     let rt = Runtime::Process(ProcessRuntime::new(ProcessConfig {
@@ -95,21 +95,4 @@ async fn orphans_of_a_session_come_to_the_subreaper_which_kills_and_reaps_them()
         corral_runtime::procfs::stat(bare)
     );
     assert_eq!(our_zombies(), Vec::<i32>::new(), "zombies left unreaped");
-}
-
-/// A cgroup v2 directory sessions may be put under, or `None` (with the reason printed).
-fn writable_cgroup2() -> Option<std::path::PathBuf> {
-    for dir in ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"] {
-        let dir = std::path::PathBuf::from(dir);
-        if !dir.join("cgroup.controllers").is_file() {
-            continue;
-        }
-        let probe = dir.join(format!("corral-probe{}", std::process::id()));
-        if fs::create_dir(&probe).is_ok() {
-            let _ = fs::remove_dir(&probe);
-            return Some(dir);
-        }
-    }
-    eprintln!("skipping the cgroup part: no writable cgroup v2 directory here");
-    None
 }

@@ -1,15 +1,17 @@
 //! What Corral's tests share, one concept per module: waiting for a condition
 //! ([`eventually`]), skipping a test whose service is missing ([`require`], which fails
-//! instead under `CI=true`), and leaving nothing running ([`KillLeftovers`],
+//! instead under `CI=true`; [`cgroup2_parent`] is such a service), and leaving nothing running ([`KillLeftovers`],
 //! [`RemoveContainers`]).
 //!
 //! A dev-dependency only: no shipped crate links it, except through a `testing` feature.
 
+mod cgroups;
 mod containers;
 mod eventually;
 mod processes;
 mod skip;
 
+pub use cgroups::cgroup2_parent;
 pub use containers::RemoveContainers;
 pub use eventually::{eventually, eventually_async, Ready};
 pub use processes::KillLeftovers;

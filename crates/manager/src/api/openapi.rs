@@ -6,8 +6,9 @@
 //! - the rules across fields that the types' crates give as refinements
 //!   (`corral_core::openapi::refinements`, `corral_api::openapi::refinements`);
 //! - every integer's range, from its Rust type (utoipa names `u32`, `i64`... as formats);
-//! - the provider's options per provider (`provider_options.json`: the provider crate's
-//!   `Options` types and checks, written as JSON Schema until that crate derives them);
+//! - the provider's options per provider (`corral_provider::openapi`: derived from each
+//!   provider's `Options`, refined with what its checks accept), and `ProviderConfig` as one of
+//!   them;
 //! - `GroupPatch`, the JSON merge patch of `NewGroup`, derived from its schema
 //!   ([`MergePatch`]);
 //! - answers as the server writes them ([`answers`]): every field present, slots canonical.
@@ -173,9 +174,6 @@ schema_type!(
     Document = json!({"type": "object"})
 );
 
-/// The provider's options per provider, and `ProviderConfig` as one of them (`Provider`).
-const PROVIDER_OPTIONS: &str = include_str!("provider_options.json");
-
 /// The document: what utoipa generates, completed (see the module's comment).
 pub fn document() -> Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).expect("the document is JSON");
@@ -210,20 +208,11 @@ pub fn document() -> Value {
         ),
     );
     // Answers show the configuration as `ProviderConfig` writes it: options as stored, with
-    // every secret key the provider declares shown as "********" (even one given as null), so
+    // every secret the provider declares shown as "********" (null when none is set), so
     // they are checked only in requests.
     let mut written_provider = schemas["ProviderConfig"].clone();
     written_provider["properties"]["name"] = provider_names();
-    let providers: Map<String, Value> =
-        serde_json::from_str(PROVIDER_OPTIONS).expect("provider_options.json is JSON");
-    for (name, schema) in providers {
-        let name = if name == "Provider" {
-            "ProviderConfig".to_string()
-        } else {
-            name
-        };
-        schemas.insert(name, schema);
-    }
+    schemas.extend(provider_schemas());
     integer_ranges(&mut doc);
     answers(&mut doc, written_provider);
     prune(&mut doc);
@@ -554,16 +543,51 @@ impl<'a> MergePatch<'a> {
     }
 }
 
-/// The providers the API knows: the names `provider_options.json` gives options for.
+/// The providers the API knows.
 fn provider_names() -> Value {
-    let providers: Value = serde_json::from_str(PROVIDER_OPTIONS).expect("JSON");
-    let names: Vec<Value> = providers["Provider"]["oneOf"]
-        .as_array()
-        .expect("Provider is one of the providers")
+    let names: Vec<&str> = corral_provider::openapi::options_schemas()
         .iter()
-        .map(|p| p["properties"]["name"]["const"].clone())
+        .map(|o| o.provider)
         .collect();
     json!({"type": "string", "enum": names})
+}
+
+/// Each provider's options, and `ProviderConfig` as one of them: a name, its options, the
+/// launch settings.
+fn provider_schemas() -> Map<String, Value> {
+    let options = corral_provider::openapi::options_schemas();
+    let secrets: Vec<String> = options
+        .iter()
+        .filter(|o| !o.secrets.is_empty())
+        .map(|o| format!("{}: {}", o.provider, o.secrets.join(", ")))
+        .collect();
+    let one_of: Vec<Value> = options
+        .iter()
+        .map(|o| {
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "required": if o.required { json!(["name", "options"]) } else { json!(["name"]) },
+                "properties": {
+                    "name": {"const": o.provider},
+                    "options": corral_core::openapi::reference(&o.name),
+                    "launch": corral_core::openapi::reference("LaunchSettings"),
+                },
+            })
+        })
+        .collect();
+    let mut schemas: Map<String, Value> = options.into_iter().map(|o| (o.name, o.schema)).collect();
+    let description = format!(
+        "A group's provider: name, its options (docs/configuration.md) and launch settings. \
+         Secret options ({}) are shown as {:?}; sending that value back keeps the stored secret.",
+        secrets.join("; "),
+        corral_provider::REDACTED
+    );
+    schemas.insert(
+        "ProviderConfig".into(),
+        json!({"description": description, "oneOf": one_of}),
+    );
+    schemas
 }
 
 /// An object with fixed fields or free keys: what a merge patch merges into.

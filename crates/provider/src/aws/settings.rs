@@ -15,6 +15,7 @@ pub const USER_DATA_MAX: usize = 15 * 1024;
 pub const EXTRA_TAGS_MAX: usize = 45;
 
 /// How instances are started.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = AwsMode))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -25,9 +26,11 @@ pub enum Mode {
     Asg,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OptionsAws))]
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Options {
+    #[cfg_attr(feature = "openapi", schema(inline))]
     #[serde(default)]
     pub mode: Mode,
     /// Overrides AWS_REGION / the profile's region.
@@ -43,6 +46,7 @@ pub struct Options {
     /// ec2 mode: the AMI every template uses unless its entry names another. Required there.
     pub image_id: Option<String>,
     /// ec2 mode: per-template launch settings, keyed by template name.
+    #[cfg_attr(feature = "openapi", schema(inline))]
     #[serde(default)]
     pub templates: BTreeMap<String, TemplateOptions>,
     /// Extra tags on every instance.
@@ -56,6 +60,7 @@ pub struct Options {
 }
 
 /// ec2 mode: how one template's instances are launched.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = AwsTemplateOptions))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TemplateOptions {

@@ -82,7 +82,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::Client;
 
-pub use options::{Mode, Options, PullPolicy, Secret, TemplateOverride};
+pub use options::{Mode, Options, PullPolicy, Secret, TemplateOverride, MAX_POD_WAIT_SECS};
 
 use crate::{
     Context, Instance, LaunchRequest, Provider, ProviderError, TemplateOffer, GROUP_LABEL,

@@ -10,9 +10,10 @@ use crate::{ConfigError, AGENT_LABEL, GROUP_LABEL, TEMPLATE_LABEL};
 /// Default for `pod_wait_secs`: how long a StatefulSet launch waits for its new pods to appear.
 const DEFAULT_POD_WAIT_SECS: u64 = 20;
 /// Upper bound for `pod_wait_secs`: the manager bounds every call, so this stays well below it.
-const MAX_POD_WAIT_SECS: u64 = 300;
+pub const MAX_POD_WAIT_SECS: u64 = 300;
 
 /// A secret option: deserialized like a string, never shown by `Debug`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = KubernetesSecret))]
 #[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(transparent)]
 pub struct Secret(pub String);
@@ -24,6 +25,7 @@ impl std::fmt::Debug for Secret {
 }
 
 /// How instances are made.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = KubernetesMode))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
@@ -35,6 +37,7 @@ pub enum Mode {
 }
 
 /// The container's `imagePullPolicy`, spelled as Kubernetes spells it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = KubernetesPullPolicy))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PullPolicy {
     Always,
@@ -53,6 +56,7 @@ impl PullPolicy {
 }
 
 /// What one template changes in the pods of its instances.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = KubernetesTemplateOverride))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TemplateOverride {
@@ -63,9 +67,11 @@ pub struct TemplateOverride {
     pub image: Option<String>,
 }
 
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OptionsKubernetes))]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Options {
+    #[cfg_attr(feature = "openapi", schema(inline))]
     #[serde(default)]
     pub mode: Mode,
     /// Where pods live [default: the kubeconfig context's namespace, or the pod's own in-cluster].
@@ -75,6 +81,7 @@ pub struct Options {
     /// The API server's URL; replaces the kubeconfig and in-cluster configuration.
     pub api_server: Option<String>,
     /// A bearer token for the API server (a secret).
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub token: Option<Secret>,
     #[serde(default)]
     pub insecure_skip_tls_verify: bool,
@@ -84,6 +91,7 @@ pub struct Options {
 
     // Pods mode.
     pub image: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(inline))]
     pub image_pull_policy: Option<PullPolicy>,
     /// The container's command [default: `["corral", "agent"]`].
     pub command: Option<Vec<String>>,
@@ -93,6 +101,7 @@ pub struct Options {
     pub node_selector: BTreeMap<String, String>,
     pub service_account: Option<String>,
     /// Per-template changes, by template name.
+    #[cfg_attr(feature = "openapi", schema(inline))]
     #[serde(default)]
     pub templates: BTreeMap<String, TemplateOverride>,
 

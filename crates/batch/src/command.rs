@@ -1,0 +1,201 @@
+//! Running a scheduler's command: in a process group of its own, with a timeout after which it
+//! and whatever it started are killed, its output read in full. One place, so every adaptor
+//! answers a missing command, a hang and a refusal the same way.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+use crate::BatchError;
+
+/// How an adaptor runs its commands.
+#[derive(Debug, Clone)]
+pub struct Commands {
+    /// Where the scheduler's commands are [default: PATH].
+    pub bin_dir: Option<PathBuf>,
+    /// The longest one command may take.
+    pub timeout: Duration,
+    /// Variables set for every command (`SGE_ROOT`, `SLURM_CONF`).
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands {
+            bin_dir: None,
+            timeout: Duration::from_secs(30),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// What a command answered.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Answer {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// What the command said went wrong: its standard error, or else its output.
+    pub fn complaint(&self) -> String {
+        let text = if self.stderr.trim().is_empty() {
+            &self.stdout
+        } else {
+            &self.stderr
+        };
+        text.trim().to_string()
+    }
+}
+
+impl Commands {
+    /// Runs `program args`, with `input` on its standard input.
+    pub async fn run(
+        &self,
+        program: &str,
+        args: &[String],
+        input: Option<&str>,
+    ) -> Result<Answer, BatchError> {
+        let path = match &self.bin_dir {
+            Some(dir) => dir.join(program),
+            None => PathBuf::from(program),
+        };
+        let mut command = tokio::process::Command::new(&path);
+        command
+            .args(args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so that a timeout kills what it started too.
+            .process_group(0)
+            .kill_on_drop(true);
+        let io = |source| BatchError::Io {
+            command: program.to_string(),
+            source,
+        };
+        let mut child = command.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => BatchError::CommandMissing {
+                command: path.display().to_string(),
+            },
+            _ => io(e),
+        })?;
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+            let text = text.to_string();
+            // A command that exits without reading all of it is answered by its exit status.
+            tokio::spawn(async move {
+                let _ = stdin.write_all(text.as_bytes()).await;
+            });
+        }
+        match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            Ok(Ok(output)) => Ok(Answer {
+                code: output.status.code(),
+                stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+            }),
+            Ok(Err(e)) => Err(io(e)),
+            Err(_) => {
+                // The child itself was killed when its future was dropped; now its group.
+                let _ = corral_runtime::procfs::signal_group(pgid, libc::SIGKILL);
+                Err(BatchError::Timeout {
+                    command: program.to_string(),
+                    secs: self.timeout.as_secs(),
+                })
+            }
+        }
+    }
+
+    /// Runs a command that must succeed; a failure is the scheduler refusing, in its words.
+    pub async fn run_ok(
+        &self,
+        scheduler: &'static str,
+        program: &str,
+        args: &[String],
+        input: Option<&str>,
+    ) -> Result<String, BatchError> {
+        let answer = self.run(program, args, input).await?;
+        if answer.ok() {
+            Ok(answer.stdout)
+        } else {
+            Err(BatchError::Refused {
+                scheduler,
+                message: answer.complaint(),
+            })
+        }
+    }
+}
+
+/// `["a", "b"]` as owned arguments.
+pub fn args<const N: usize>(list: [&str; N]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_hanging_command_is_killed_at_its_timeout_with_what_it_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let commands = Commands {
+            timeout: Duration::from_millis(300),
+            ..Commands::default()
+        };
+        let script = format!("sleep 60 & echo $! > {}; wait", pid_file.display());
+        let e = commands
+            .run("sh", &args(["-c", &script]), None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BatchError::Timeout { .. }), "{e}");
+        let pid: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        corral_testkit::eventually_async(
+            "the command's child to be killed",
+            Duration::from_secs(5),
+            || async { corral_runtime::procfs::stat(pid).is_none_or(|s| !s.alive()) },
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_missing_command_and_a_refusal_are_told_apart() {
+        let commands = Commands::default();
+        let e = commands
+            .run("corral-no-such-scheduler-command", &[], None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BatchError::CommandMissing { .. }), "{e}");
+        let e = commands
+            .run_ok(
+                "slurm",
+                "sh",
+                &args(["-c", "echo 'no such partition' >&2; exit 1"]),
+                None,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.to_string(), "slurm refused: no such partition");
+        let out = commands
+            .run_ok("slurm", "cat", &[], Some("fed\n"))
+            .await
+            .unwrap();
+        assert_eq!(out, "fed\n");
+    }
+}

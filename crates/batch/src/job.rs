@@ -1,0 +1,208 @@
+//! What a batch system reports: jobs in one state set common to every scheduler (the native
+//! state and reason kept verbatim beside it), nodes, and the scheduler's configuration with the
+//! changes it allows at run time.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A job's state, the same for every scheduler (after DRMAA2's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting to start.
+    Queued,
+    /// Waiting until released (by its user, an admin or the system).
+    Held,
+    Running,
+    Suspended,
+    /// Ended; the scheduler is cleaning up.
+    Completing,
+    /// Ended with exit code 0.
+    Done,
+    /// Ended otherwise (exit code, node failure, out of memory).
+    Failed,
+    Cancelled,
+    /// Killed at its walltime.
+    Timeout,
+    /// A state this adaptor does not know (kept verbatim in `native_state`).
+    Unknown,
+}
+
+impl JobState {
+    /// The job will not change any more.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled | JobState::Timeout
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Held => "held",
+            JobState::Running => "running",
+            JobState::Suspended => "suspended",
+            JobState::Completing => "completing",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Timeout => "timeout",
+            JobState::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<JobState> {
+        ALL_STATES.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+pub const ALL_STATES: [JobState; 10] = [
+    JobState::Queued,
+    JobState::Held,
+    JobState::Running,
+    JobState::Suspended,
+    JobState::Completing,
+    JobState::Done,
+    JobState::Failed,
+    JobState::Cancelled,
+    JobState::Timeout,
+    JobState::Unknown,
+];
+
+/// A job as its scheduler reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// The scheduler's id: `123`, an array's task `123_4` (Slurm) or `123.4` (Grid Engine).
+    pub id: String,
+    pub name: String,
+    pub user: String,
+    pub state: JobState,
+    /// The scheduler's own state (`PENDING`, `qw`, `R`), verbatim.
+    pub native_state: String,
+    /// Why it waits or ended, as the scheduler says (`JobHeldUser`, `Resources`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The exit code once it ended (128 + n when killed by signal n).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    /// The nodes it runs or ran on, as the scheduler writes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<String>,
+    /// Unix seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<i64>,
+    /// For a task of an array: the array's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_id: Option<String>,
+}
+
+/// Which jobs to list; unset fields match every job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<JobState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl JobFilter {
+    pub fn matches(&self, job: &Job) -> bool {
+        self.user.as_ref().is_none_or(|u| *u == job.user)
+            && self.state.is_none_or(|s| s == job.state)
+            && self.name.as_ref().is_none_or(|n| *n == job.name)
+    }
+}
+
+/// A node's state, the same for every scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    Idle,
+    /// Some of it is in use.
+    Mixed,
+    /// All of it is in use.
+    Allocated,
+    /// Taking no new jobs; some still run.
+    Draining,
+    /// Taking no new jobs; none runs.
+    Drained,
+    Down,
+    Unknown,
+}
+
+/// A node of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    pub name: String,
+    pub state: NodeState,
+    pub native_state: String,
+    pub cpus: u32,
+    pub cpus_allocated: u32,
+    /// Bytes.
+    pub memory: u64,
+    pub memory_allocated: u64,
+    pub gpus: u32,
+    pub queues: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The scheduler's configuration: its settings as it names them, and its queues.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedulerConfig {
+    pub scheduler: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    pub settings: BTreeMap<String, String>,
+    pub queues: Vec<Queue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Queue {
+    pub name: String,
+    /// `up`, `down`, `drain`, `inactive` (the scheduler's, lower-cased).
+    pub state: String,
+    pub default: bool,
+    /// Seconds; none when unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_walltime: Option<u64>,
+    pub nodes: String,
+}
+
+/// A change the scheduler allows at run time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ConfigChange {
+    /// Take no new jobs on the node; running ones finish.
+    DrainNode { node: String, reason: String },
+    /// Take jobs on the node again.
+    ResumeNode { node: String },
+    /// Open (`up`) or close (`down`: refuse submits and starts; `drain`: refuse submits, start
+    /// those queued) a queue.
+    QueueState { queue: String, state: QueueState },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueState {
+    Up,
+    Down,
+    Drain,
+}
+
+/// What `submit` would run: the script and the command line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rendered {
+    pub script: String,
+    pub command: Vec<String>,
+}

@@ -1,0 +1,52 @@
+//! The contract every batch system meets: list and read jobs, submit a `JobSpec`, act on a job,
+//! list nodes, read the configuration and change what may change at run time.
+
+use async_trait::async_trait;
+
+use crate::{BatchError, ConfigChange, Job, JobFilter, JobSpec, Node, Rendered, SchedulerConfig};
+
+#[async_trait]
+pub trait BatchSystem: Send + Sync {
+    /// `slurm`, `gridengine`, `pbs`, `lsf`, `exec`.
+    fn name(&self) -> &'static str;
+
+    /// The script and command line [`BatchSystem::submit`] would run, without running them.
+    fn render(&self, spec: &JobSpec) -> Result<Rendered, BatchError>;
+
+    /// Submits the job; returns its id (an array's id for an array).
+    async fn submit(&self, spec: &JobSpec) -> Result<String, BatchError>;
+
+    /// The jobs the scheduler knows that match, in one call to it, whatever their number.
+    async fn jobs(&self, filter: &JobFilter) -> Result<Vec<Job>, BatchError>;
+
+    /// One job, also after the scheduler forgot it (from its accounting).
+    async fn job(&self, id: &str) -> Result<Job, BatchError>;
+
+    async fn cancel(&self, id: &str) -> Result<(), BatchError>;
+    async fn hold(&self, id: &str) -> Result<(), BatchError>;
+    async fn release(&self, id: &str) -> Result<(), BatchError>;
+    /// Sends a signal (`TERM`, `USR1`) to the job's processes.
+    async fn signal(&self, id: &str, signal: &str) -> Result<(), BatchError>;
+
+    async fn nodes(&self) -> Result<Vec<Node>, BatchError>;
+    async fn config(&self) -> Result<SchedulerConfig, BatchError>;
+    /// Applies a change the scheduler allows at run time.
+    async fn apply(&self, change: &ConfigChange) -> Result<(), BatchError>;
+}
+
+/// A signal's name without `SIG` (`TERM`, `USR1`, `KILL`), or why it is not one.
+pub fn check_signal(signal: &str) -> Result<&str, BatchError> {
+    let name = signal.strip_prefix("SIG").unwrap_or(signal);
+    const KNOWN: [&str; 12] = [
+        "HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "TSTP", "ALRM",
+        "XCPU",
+    ];
+    if KNOWN.contains(&name) {
+        Ok(name)
+    } else {
+        Err(BatchError::invalid(
+            "signal",
+            format!("{signal:?} is not one of {}", KNOWN.join(", ")),
+        ))
+    }
+}
