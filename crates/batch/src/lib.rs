@@ -8,11 +8,14 @@
 //! - `job`: jobs, nodes, the scheduler's configuration and the changes it allows.
 //! - `system`: the contract.
 //! - `command`: running a scheduler's command.
+//! - `gridengine`: Grid Engine through `qsub`, `qstat -xml`, `qacct`, `qhost -xml`, `qconf`,
+//!   `qmod`.
 //! - `slurm`: Slurm through its command-line tools (`sbatch`, `squeue --json`, `scontrol`,
 //!   `sinfo --json`, `scancel`, `sacct`).
 
 mod command;
 mod error;
+pub mod gridengine;
 mod job;
 pub mod slurm;
 mod spec;

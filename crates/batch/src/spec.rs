@@ -291,6 +291,29 @@ impl JobSpec {
         Ok(())
     }
 
+    /// The body of a job's `/bin/sh` script, after the scheduler's header: the environment
+    /// exported (values with commas or quotes would not survive the schedulers' own export
+    /// options), then the command.
+    pub fn script_body(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .environment
+            .iter()
+            .map(|(name, value)| format!("export {name}={}", crate::shell_quote(value)))
+            .collect();
+        match (&self.executable, &self.script) {
+            (Some(executable), _) => {
+                let words: Vec<String> = std::iter::once(executable)
+                    .chain(&self.arguments)
+                    .map(|w| crate::shell_quote(w))
+                    .collect();
+                lines.push(format!("exec {}", words.join(" ")));
+            }
+            (None, Some(body)) => lines.push(body.trim_end().to_string()),
+            (None, None) => {}
+        }
+        lines
+    }
+
     /// The name the scheduler shows.
     pub fn job_name(&self) -> String {
         if let Some(name) = &self.name {

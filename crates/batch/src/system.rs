@@ -50,3 +50,26 @@ pub fn check_signal(signal: &str) -> Result<&str, BatchError> {
         ))
     }
 }
+
+/// A job id as the API takes it, or an error naming it.
+pub fn check_job_id(id: &str) -> Result<(), BatchError> {
+    if crate::is_job_id(id) {
+        Ok(())
+    } else {
+        Err(BatchError::invalid("id", format!("{id:?} is not a job id")))
+    }
+}
+
+/// A node's or a queue's name as it goes into a scheduler's command: letters, digits and
+/// `._-` (Slurm's host lists add `[],`, which `extra` allows).
+pub fn check_name(field: &str, name: &str, extra: &str) -> Result<(), BatchError> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._-".contains(c) || extra.contains(c);
+    if !name.is_empty() && name.chars().all(allowed) {
+        Ok(())
+    } else {
+        Err(BatchError::invalid(
+            field,
+            format!("{name:?} is not a name"),
+        ))
+    }
+}

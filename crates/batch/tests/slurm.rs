@@ -4,45 +4,16 @@
 //! satisfy refused at submit with its reason. Without Slurm the tests are skipped (and fail
 //! under `CI=true`).
 
-use std::path::Path;
-use std::time::Duration;
+mod common;
 
+use common::{dir_of, finished, most_at_once, spec, timed_task, until};
 use corral_batch::slurm::Slurm;
-use corral_batch::{BatchError, BatchSystem, Commands, Job, JobSpec, JobState};
+use corral_batch::{BatchError, BatchSystem, Commands, JobFilter, JobState};
 
 /// The adaptor, or `None` (skipped) when no Slurm answers here.
 async fn slurm() -> Option<Slurm> {
     let connected = Slurm::connect(Commands::default()).await;
     corral_testkit::require_ok("Slurm (.ci/slurm.sh)", connected)
-}
-
-fn spec(json: serde_json::Value) -> JobSpec {
-    JobSpec::parse_json(&json.to_string()).unwrap()
-}
-
-/// Waits (60 s at most) until the job is as `wanted` says, and returns it.
-async fn until(slurm: &Slurm, id: &str, what: &str, wanted: impl Fn(&Job) -> bool) -> Job {
-    corral_testkit::eventually_async(
-        &format!("job {id} to be {what}"),
-        Duration::from_secs(60),
-        || async {
-            let job = slurm.job(id).await.map_err(|e| e.to_string())?;
-            if wanted(&job) {
-                Ok(job)
-            } else {
-                Err(format!("{job:?}"))
-            }
-        },
-    )
-    .await
-}
-
-async fn finished(slurm: &Slurm, id: &str) -> Job {
-    until(slurm, id, "finished", |j| j.state.is_final()).await
-}
-
-fn dir_of(dir: &Path) -> String {
-    dir.to_str().unwrap().to_string()
 }
 
 #[tokio::test]
@@ -76,6 +47,18 @@ async fn a_job_runs_to_done_and_a_failing_one_reports_its_exit_code() {
     assert_eq!(job.state, JobState::Failed, "{job:?}");
     assert_eq!(job.exit_code, Some(3));
     assert_eq!(job.native_state, "FAILED");
+    let mine = JobFilter {
+        name: Some("corral-ok".into()),
+        ..JobFilter::default()
+    };
+    let listed = slurm.jobs(&mine).await.unwrap();
+    assert!(listed.iter().all(|j| j.name == "corral-ok"), "{listed:?}");
+    assert!(
+        listed
+            .iter()
+            .any(|j| j.id == ok && j.state == JobState::Done),
+        "{listed:?}"
+    );
     // What is read once slurmctld forgets the job: the accounting says the same.
     let accounted = slurm.from_accounting(&failing).await.unwrap();
     assert_eq!(accounted.len(), 1, "{accounted:?}");
@@ -113,7 +96,7 @@ async fn an_array_of_four_runs_at_most_two_at_once() {
     let id = slurm
         .submit(&spec(serde_json::json!({
             "name": "corral-array",
-            "script": "s=$(date +%s%N); sleep 2; echo \"$s $(date +%s%N)\" > task.$SLURM_ARRAY_TASK_ID",
+            "script": timed_task("SLURM_ARRAY_TASK_ID"),
             "directory": dir_of(dir.path()),
             "array": {"start": 1, "end": 4, "max_concurrent": 2}})))
         .await
@@ -123,24 +106,8 @@ async fn an_array_of_four_runs_at_most_two_at_once() {
         assert_eq!(job.state, JobState::Done, "{job:?}");
         assert_eq!(job.array_id.as_deref(), Some(id.as_str()));
     }
-    let spans: Vec<(u128, u128)> = (1..=4)
-        .map(|t| {
-            let text = std::fs::read_to_string(dir.path().join(format!("task.{t}"))).unwrap();
-            let (start, end) = text.trim().split_once(' ').unwrap();
-            (start.parse().unwrap(), end.parse().unwrap())
-        })
-        .collect();
-    let most = spans
-        .iter()
-        .map(|(start, _)| {
-            spans
-                .iter()
-                .filter(|(s, e)| s <= start && start < e)
-                .count()
-        })
-        .max()
-        .unwrap();
-    assert!(most <= 2, "{most} tasks ran at once: {spans:?}");
+    let most = most_at_once(dir.path(), 4);
+    assert!(most <= 2, "{most} tasks ran at once");
 }
 
 #[tokio::test]

@@ -10,6 +10,7 @@ mod script;
 
 use async_trait::async_trait;
 
+use crate::system::{check_job_id, check_name};
 use crate::{
     args, check_signal, BatchError, BatchSystem, Commands, ConfigChange, Job, JobFilter, JobSpec,
     Node, QueueState, Rendered, SchedulerConfig,
@@ -68,7 +69,7 @@ impl Slurm {
     /// Jobs from the accounting (none if the cluster keeps none): what [`BatchSystem::job`]
     /// reads once slurmctld has forgotten a job.
     pub async fn from_accounting(&self, id: &str) -> Result<Vec<Job>, BatchError> {
-        check_id(id)?;
+        check_job_id(id)?;
         let mut words = args(["--parsable2", "--noheader", "--allusers"]);
         match self.accounting {
             Accounting::None => return Ok(Vec::new()),
@@ -97,14 +98,6 @@ fn check(answer: crate::Answer, id: &str) -> Result<(), BatchError> {
         scheduler: NAME,
         message,
     })
-}
-
-fn check_id(id: &str) -> Result<(), BatchError> {
-    if crate::is_job_id(id) {
-        Ok(())
-    } else {
-        Err(BatchError::invalid("id", format!("{id:?} is not a job id")))
-    }
 }
 
 #[async_trait]
@@ -153,7 +146,7 @@ impl BatchSystem for Slurm {
     }
 
     async fn job(&self, id: &str) -> Result<Job, BatchError> {
-        check_id(id)?;
+        check_job_id(id)?;
         let known = self.jobs(&JobFilter::default()).await?;
         if let Some(job) = known.into_iter().find(|j| j.id == id) {
             return Ok(job);
@@ -166,7 +159,7 @@ impl BatchSystem for Slurm {
     }
 
     async fn cancel(&self, id: &str) -> Result<(), BatchError> {
-        check_id(id)?;
+        check_job_id(id)?;
         // `--verbose`: without a terminal, scancel prints its errors only when verbose.
         let words = vec!["--verbose".into(), id.to_string()];
         let answer = self.commands.run("scancel", &words, None).await?;
@@ -174,17 +167,17 @@ impl BatchSystem for Slurm {
     }
 
     async fn hold(&self, id: &str) -> Result<(), BatchError> {
-        check_id(id)?;
+        check_job_id(id)?;
         self.scontrol(vec!["hold".into(), id.into()]).await
     }
 
     async fn release(&self, id: &str) -> Result<(), BatchError> {
-        check_id(id)?;
+        check_job_id(id)?;
         self.scontrol(vec!["release".into(), id.into()]).await
     }
 
     async fn signal(&self, id: &str, signal: &str) -> Result<(), BatchError> {
-        check_id(id)?;
+        check_job_id(id)?;
         let signal = check_signal(signal)?;
         // `--full`: the batch shell too, not only the job's steps.
         let words = vec![
@@ -229,23 +222,9 @@ impl BatchSystem for Slurm {
     }
 
     async fn apply(&self, change: &ConfigChange) -> Result<(), BatchError> {
-        let name_ok = |field: &str, name: &str| {
-            if !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-[],".contains(c))
-            {
-                Ok(())
-            } else {
-                Err(BatchError::invalid(
-                    field,
-                    format!("{name:?} is not a name"),
-                ))
-            }
-        };
         let words = match change {
             ConfigChange::DrainNode { node, reason } => {
-                name_ok("node", node)?;
+                check_name("node", node, "[],")?;
                 if reason.trim().is_empty() || reason.contains('\n') {
                     return Err(BatchError::invalid("reason", "give one line saying why"));
                 }
@@ -257,7 +236,7 @@ impl BatchSystem for Slurm {
                 ]
             }
             ConfigChange::ResumeNode { node } => {
-                name_ok("node", node)?;
+                check_name("node", node, "[],")?;
                 vec![
                     "update".into(),
                     format!("NodeName={node}"),
@@ -265,7 +244,7 @@ impl BatchSystem for Slurm {
                 ]
             }
             ConfigChange::QueueState { queue, state } => {
-                name_ok("queue", queue)?;
+                check_name("queue", queue, "[],")?;
                 let state = match state {
                     QueueState::Up => "UP",
                     QueueState::Down => "DOWN",

@@ -373,4 +373,68 @@ mod tests {
         assert_eq!(settings["MinJobAge"], "3600 sec");
         assert_eq!(settings.len(), 2);
     }
+
+    const SQUEUE: &str = include_str!("../../tests/recorded/slurm/squeue.json");
+    const SINFO: &str = include_str!("../../tests/recorded/slurm/sinfo.json");
+    const PARTITIONS: &str = include_str!("../../tests/recorded/slurm/partitions.txt");
+    const SACCT: &str = include_str!("../../tests/recorded/slurm/sacct-completion.txt");
+
+    #[test]
+    fn recorded_outputs_read_whole() {
+        let jobs = jobs(SQUEUE).unwrap();
+        let states: Vec<JobState> = jobs.iter().map(|j| j.state).collect();
+        assert_eq!(
+            states,
+            [
+                JobState::Done,
+                JobState::Failed,
+                JobState::Held,
+                JobState::Done,
+                JobState::Cancelled
+            ]
+        );
+        assert_eq!(jobs[1].exit_code, Some(3));
+        assert_eq!(jobs[3].id, "4_1");
+        assert_eq!(nodes(SINFO).unwrap()[0].cpus, 8);
+        assert_eq!(partitions(PARTITIONS).unwrap()[0].name, "debug");
+        assert!(!sacct(SACCT).unwrap().is_empty());
+    }
+
+    /// Every reader, on any text: a value or a typed error, never a panic.
+    fn read_all(text: &str) {
+        let _ = jobs(text);
+        let _ = nodes(text);
+        let _ = sacct(text);
+        let _ = partitions(text);
+        let _ = config(text);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn cut_outputs_never_panic(cut in 0.0f64..1.0) {
+            for text in [SQUEUE, SINFO, PARTITIONS, SACCT] {
+                let mut end = (text.len() as f64 * cut) as usize;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                read_all(&text[..end]);
+            }
+        }
+
+        #[test]
+        fn garbled_outputs_never_panic(at in 0usize..20_000, junk in ".{0,40}") {
+            for text in [SQUEUE, SINFO, PARTITIONS, SACCT] {
+                let mut at = at.min(text.len());
+                while !text.is_char_boundary(at) {
+                    at -= 1;
+                }
+                read_all(&format!("{}{junk}{}", &text[..at], &text[at..]));
+            }
+        }
+
+        #[test]
+        fn any_text_never_panics(text in "\\PC{0,300}") {
+            read_all(&text);
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! how the job was asked for, and a dry run shows it), the environment exported in the body
 //! (values with commas or quotes would not survive `--export`), then the command.
 
-use crate::{shell_quote, DependencyKind, JobSpec};
+use crate::{DependencyKind, JobSpec};
 
 /// The script `sbatch` reads on its standard input.
 pub fn script(spec: &JobSpec) -> String {
@@ -79,20 +79,7 @@ pub fn script(spec: &JobSpec) -> String {
     for native in spec.native.get("slurm").into_iter().flatten() {
         option(native.clone());
     }
-    for (name, value) in &spec.environment {
-        lines.push(format!("export {name}={}", shell_quote(value)));
-    }
-    match (&spec.executable, &spec.script) {
-        (Some(executable), _) => {
-            let words: Vec<String> = std::iter::once(executable)
-                .chain(&spec.arguments)
-                .map(|w| shell_quote(w))
-                .collect();
-            lines.push(format!("exec {}", words.join(" ")));
-        }
-        (None, Some(body)) => lines.push(body.trim_end().to_string()),
-        (None, None) => {}
-    }
+    lines.extend(spec.script_body());
     let mut text = lines.join("\n");
     text.push('\n');
     text
