@@ -4,7 +4,7 @@ for f in /run/slurmd.pid /run/slurmctld.pid; do
   [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
 done
 for _ in $(seq 40); do
-  pgrep -x 'slurmd|slurmctld' >/dev/null || break
+  pgrep -x slurmd >/dev/null || pgrep -x slurmctld >/dev/null || break
   sleep 0.25
 done
 rm -f /run/slurmd.pid /run/slurmctld.pid

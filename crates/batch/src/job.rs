@@ -102,6 +102,61 @@ pub struct Job {
     /// For a task of an array: the array's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_id: Option<String>,
+    /// For an array's entry of tasks still waiting: which (`3-4`, `5,7`, `1-9:2`; Slurm adds
+    /// the concurrency limit, `%2`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<String>,
+}
+
+impl Job {
+    /// Task `id` (`ARRAY<sep>TASK`) as this entry of the array's waiting tasks shows it, if it
+    /// is one of them.
+    pub fn waiting_task(&self, id: &str, separator: char) -> Option<Job> {
+        let (array, task) = id.split_once(separator)?;
+        let task: u64 = task.parse().ok()?;
+        let listed = self.array_id.as_deref() == Some(array)
+            && self.tasks.as_deref().is_some_and(|t| lists_task(t, task));
+        listed.then(|| Job {
+            id: id.to_string(),
+            tasks: None,
+            ..self.clone()
+        })
+    }
+}
+
+/// Whether a task list (`3-4`, `5,7`, `1-9:2`, `3-4%2`) names `task`.
+pub fn lists_task(list: &str, task: u64) -> bool {
+    let list = list.split('%').next().unwrap_or_default();
+    list.split(',').any(|item| {
+        let (range, step) = item.split_once(':').unwrap_or((item, "1"));
+        let (first, last) = range.split_once('-').unwrap_or((range, range));
+        match (
+            first.parse::<u64>(),
+            last.parse::<u64>(),
+            step.parse::<u64>(),
+        ) {
+            (Ok(first), Ok(last), Ok(step)) if step > 0 => {
+                (first..=last).contains(&task) && (task - first).is_multiple_of(step)
+            }
+            _ => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_lists_as_schedulers_write_them() {
+        assert!(lists_task("3-4%2", 3));
+        assert!(lists_task("3,4", 4));
+        assert!(lists_task("1-9:2", 5));
+        assert!(!lists_task("1-9:2", 4));
+        assert!(!lists_task("3-4", 5));
+        assert!(!lists_task("garbage", 1));
+        assert!(!lists_task("1-4:0", 1));
+    }
 }
 
 /// Which jobs to list; unset fields match every job.

@@ -101,6 +101,10 @@ async fn an_array_of_four_runs_at_most_two_at_once() {
             "array": {"start": 1, "end": 4, "max_concurrent": 2}})))
         .await
         .unwrap();
+    // The last task waits its turn, listed with the array's other waiting tasks.
+    let waiting = slurm.job(&format!("{id}_4")).await.unwrap();
+    assert_eq!(waiting.state, JobState::Queued, "{waiting:?}");
+    assert_eq!(waiting.id, format!("{id}_4"));
     for task in 1..=4 {
         let job = finished(&slurm, &format!("{id}_{task}")).await;
         assert_eq!(job.state, JobState::Done, "{job:?}");

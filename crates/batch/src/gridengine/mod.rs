@@ -64,7 +64,8 @@ impl GridEngine {
             return parse::finished(&answer.stdout);
         }
         // "error: job id 7 not found", or an accounting file not written yet.
-        if answer.complaint().contains("not found") || answer.complaint().contains("no such file") {
+        let complaint = answer.complaint().to_ascii_lowercase();
+        if complaint.contains("not found") || complaint.contains("no such file") {
             return Ok(Vec::new());
         }
         Err(BatchError::Refused {
@@ -177,8 +178,13 @@ impl BatchSystem for GridEngine {
 
     async fn job(&self, id: &str) -> Result<Job, BatchError> {
         check_job_id(id)?;
-        if let Some(job) = self.qstat(false).await?.into_iter().find(|j| j.id == id) {
-            return Ok(job);
+        let waiting = self.qstat(false).await?;
+        if let Some(job) = waiting.iter().find(|j| j.id == id) {
+            return Ok(job.clone());
+        }
+        // A task still waiting is listed with its array's other waiting tasks (`7`, `3,4`).
+        if let Some(task) = waiting.iter().find_map(|j| j.waiting_task(id, '.')) {
+            return Ok(task);
         }
         let accounted = self.qacct(Some(id), None).await?;
         if let Some(job) = accounted.into_iter().find(|j| j.id == id) {

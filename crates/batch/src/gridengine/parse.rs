@@ -59,6 +59,7 @@ pub fn qstat(text: &str) -> Result<Vec<Job>, BatchError> {
             started_at: time("JAT_start_time"),
             ended_at: None,
             array_id: tasks.map(|_| number.to_string()),
+            tasks: tasks.filter(|_| single_task.is_none()).map(str::to_string),
         });
     }
     Ok(jobs)
@@ -175,6 +176,7 @@ pub fn finished(text: &str) -> Result<Vec<Job>, BatchError> {
             submitted_at: fields.get("qsub_time").and_then(|t| ctime(t)),
             started_at: fields.get("start_time").and_then(|t| ctime(t)),
             ended_at: fields.get("end_time").and_then(|t| ctime(t)),
+            tasks: None,
         });
     }
     Ok(jobs)

@@ -148,8 +148,12 @@ impl BatchSystem for Slurm {
     async fn job(&self, id: &str) -> Result<Job, BatchError> {
         check_job_id(id)?;
         let known = self.jobs(&JobFilter::default()).await?;
-        if let Some(job) = known.into_iter().find(|j| j.id == id) {
-            return Ok(job);
+        if let Some(job) = known.iter().find(|j| j.id == id) {
+            return Ok(job.clone());
+        }
+        // A task still waiting is listed with its array's other waiting tasks (`4_[3-4%2]`).
+        if let Some(task) = known.iter().find_map(|j| j.waiting_task(id, '_')) {
+            return Ok(task);
         }
         self.from_accounting(id)
             .await?

@@ -83,6 +83,9 @@ fn job(j: SlurmJob) -> Job {
         started_at: time(j.start_time),
         ended_at: time(j.end_time),
         array_id: array.map(|a| a.to_string()),
+        tasks: j
+            .array_task_string
+            .filter(|t| !t.is_empty() && j.array_task_id.is_none()),
     }
 }
 
@@ -167,6 +170,7 @@ pub fn sacct(text: &str) -> Result<Vec<Job>, BatchError> {
             started_at: timestamp(start),
             ended_at: timestamp(end),
             array_id: id.split_once('_').map(|(a, _)| a.to_string()),
+            tasks: None,
         });
     }
     Ok(jobs)
