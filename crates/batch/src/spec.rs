@@ -184,41 +184,29 @@ impl JobSpec {
         if let Some(name) = &self.name {
             check_name(name)?;
         }
-        for (field, value) in [("directory", &self.directory)] {
-            if let Some(dir) = value {
-                if !dir.starts_with('/') {
-                    return Err(BatchError::invalid(
-                        field,
-                        format!("{dir:?} is not absolute"),
-                    ));
-                }
-            }
+        if let Some(dir) = self.directory.as_deref().filter(|d| !d.starts_with('/')) {
+            return Err(BatchError::invalid(
+                "directory",
+                format!("{dir:?} is not absolute"),
+            ));
         }
+        // Those marked `true` become options on a script's header line, which ends at a newline.
         let texts = [
-            ("executable", self.executable.as_deref()),
-            ("script", self.script.as_deref()),
-            ("directory", self.directory.as_deref()),
-            ("stdin", self.stdin.as_deref()),
-            ("stdout", self.stdout.as_deref()),
-            ("stderr", self.stderr.as_deref()),
-            ("queue", self.queue.as_deref()),
-            ("account", self.account.as_deref()),
+            ("executable", self.executable.as_deref(), false),
+            ("script", self.script.as_deref(), false),
+            ("directory", self.directory.as_deref(), true),
+            ("stdin", self.stdin.as_deref(), true),
+            ("stdout", self.stdout.as_deref(), true),
+            ("stderr", self.stderr.as_deref(), true),
+            ("queue", self.queue.as_deref(), true),
+            ("account", self.account.as_deref(), true),
         ];
-        for (field, text) in texts {
-            if text.is_some_and(|t| t.contains('\0')) {
+        for (field, text, header) in texts {
+            let Some(text) = text else { continue };
+            if text.contains('\0') {
                 return Err(BatchError::invalid(field, "holds a NUL character"));
             }
-        }
-        for (field, text) in [
-            ("directory", self.directory.as_deref()),
-            ("stdin", self.stdin.as_deref()),
-            ("stdout", self.stdout.as_deref()),
-            ("stderr", self.stderr.as_deref()),
-            ("queue", self.queue.as_deref()),
-            ("account", self.account.as_deref()),
-        ] {
-            // These become options of a script's header line, which ends at a newline.
-            if text.is_some_and(|t| t.contains('\n') || t.contains('\r')) {
+            if header && (text.contains('\n') || text.contains('\r')) {
                 return Err(BatchError::invalid(field, "holds a line break"));
             }
         }
