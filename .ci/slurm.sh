@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A single-host Slurm (Debian's 22.05) for the batch tests, without systemd: installs the
 # packages when missing, writes /etc/slurm/slurm.conf, starts munged, slurmctld and slurmd,
-# and waits until the node is idle. Idempotent; run as root. `.ci/slurm-stop.sh` stops it.
+# and waits until the node is idle; adds the account `corral-batch` that tests submit as.
+# Idempotent; run as root. `.ci/slurm-stop.sh` stops it.
 #
 # The configuration is what the tests rely on: one node `localhost` advertising 8 CPUs and
 # 4000 MB (more than this 2-core machine has, so that jobs run side by side), partition
@@ -15,6 +16,11 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
 fi
+
+# The account the tests' jobs are submitted as (a binding's `run_as`): jobs must not run as the
+# manager's user.
+id corral-batch >/dev/null 2>&1 ||
+  useradd --system --no-create-home --shell /usr/sbin/nologin corral-batch
 
 [ -s /etc/munge/munge.key ] || { mungekey -c -f; chown munge:munge /etc/munge/munge.key; }
 install -d -o munge -g munge -m 0755 /run/munge

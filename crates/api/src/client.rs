@@ -180,6 +180,18 @@ impl Client {
             .await
     }
 
+    /// Any method with a query and a JSON body (a POST with options, a PATCH that is not a merge
+    /// patch).
+    pub async fn call<T: DeserializeOwned, S: AsRef<str>>(
+        &self,
+        method: Method,
+        path: &[S],
+        query: &[(&str, Option<String>)],
+        body: Option<&(impl Serialize + ?Sized)>,
+    ) -> Result<Reply<T>, ClientError> {
+        self.send(method, self.url(path, query), body).await
+    }
+
     /// Sends bytes (a file, a log chunk) and reads the JSON answer.
     pub async fn send_bytes<T: DeserializeOwned>(
         &self,

@@ -4,6 +4,7 @@
 //! `client` feature, on by default) the one typed client.
 
 pub mod agents;
+pub mod batch;
 pub mod error;
 pub mod events;
 pub mod groups;

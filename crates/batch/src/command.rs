@@ -19,6 +19,9 @@ pub struct Commands {
     pub timeout: Duration,
     /// Variables set for every command (`SGE_ROOT`, `SLURM_CONF`).
     pub env: Vec<(String, String)>,
+    /// The Unix account the commands run as, so that jobs run as it and not as the manager
+    /// (`runuser -u` when the manager is root, else `sudo -n -u`); none: the manager's own.
+    pub run_as: Option<String>,
 }
 
 impl Default for Commands {
@@ -27,6 +30,7 @@ impl Default for Commands {
             bin_dir: None,
             timeout: Duration::from_secs(30),
             env: Vec::new(),
+            run_as: None,
         }
     }
 }
@@ -57,7 +61,16 @@ impl Answer {
 }
 
 impl Commands {
-    /// Runs `program args`, with `input` on its standard input.
+    /// The same, as the manager's own account: for an operator's changes, which the jobs'
+    /// account may not make.
+    pub fn own(&self) -> Commands {
+        Commands {
+            run_as: None,
+            ..self.clone()
+        }
+    }
+
+    /// Runs `program args`, with `input` on its standard input (as `run_as`, if set).
     pub async fn run(
         &self,
         program: &str,
@@ -68,9 +81,20 @@ impl Commands {
             Some(dir) => dir.join(program),
             None => PathBuf::from(program),
         };
-        let mut command = tokio::process::Command::new(&path);
+        let mut command = match &self.run_as {
+            None => {
+                let mut command = tokio::process::Command::new(&path);
+                command.args(args);
+                command
+            }
+            Some(account) => as_account(account, &self.env, &path, args),
+        };
+        // Nothing of the manager's environment but PATH: schedulers pass the submitter's
+        // environment on to the job (sbatch's --export=ALL, bsub), and the manager's may hold
+        // its secrets key.
         command
-            .args(args)
+            .env_clear()
+            .envs(std::env::var_os("PATH").map(|path| ("PATH", path)))
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(if input.is_some() {
                 Stdio::piped()
@@ -101,6 +125,12 @@ impl Commands {
             });
         }
         match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
+            // `env` under `runuser` or `sudo` found no such program.
+            Ok(Ok(output)) if self.run_as.is_some() && output.status.code() == Some(127) => {
+                Err(BatchError::CommandMissing {
+                    command: path.display().to_string(),
+                })
+            }
             Ok(Ok(output)) => Ok(Answer {
                 code: output.status.code(),
                 stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -138,6 +168,34 @@ impl Commands {
     }
 }
 
+/// `program args` run as `account`: `runuser -u ACCOUNT -- env K=V... PROGRAM ARGS` when this
+/// process is root, else `sudo -n -u ACCOUNT -- env ...` (`-n`: fail rather than ask for a
+/// password). The variables go through `env`, which sudo would otherwise reset.
+fn as_account(
+    account: &str,
+    env: &[(String, String)],
+    program: &std::path::Path,
+    args: &[String],
+) -> tokio::process::Command {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut command = if root {
+        let mut c = tokio::process::Command::new("runuser");
+        c.args(["-u", account, "--"]);
+        c
+    } else {
+        let mut c = tokio::process::Command::new("sudo");
+        c.args(["-n", "-u", account, "--"]);
+        c
+    };
+    command
+        .arg("env")
+        .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+        .arg(program)
+        .args(args);
+    command
+}
+
 /// `["a", "b"]` as owned arguments.
 pub fn args<const N: usize>(list: [&str; N]) -> Vec<String> {
     list.iter().map(|s| (*s).to_string()).collect()
@@ -172,6 +230,23 @@ mod tests {
             || async { corral_runtime::procfs::stat(pid).is_none_or(|s| !s.alive()) },
         )
         .await;
+    }
+
+    #[tokio::test]
+    async fn commands_get_path_and_their_variables_and_nothing_else_of_the_managers() {
+        let commands = Commands {
+            env: vec![("SGE_ROOT".into(), "/var/lib/gridengine".into())],
+            ..Commands::default()
+        };
+        // `env` prints exactly what it was given.
+        let out = commands.run_ok("slurm", "env", &[], None).await.unwrap();
+        let mut names: Vec<&str> = out.lines().filter_map(|l| l.split('=').next()).collect();
+        names.sort();
+        assert_eq!(names, ["PATH", "SGE_ROOT"], "{out}");
+        assert!(
+            std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+            "cargo sets it"
+        );
     }
 
     #[tokio::test]

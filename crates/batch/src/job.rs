@@ -6,8 +6,14 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The signals a job may be sent, by name without `SIG`.
+pub const SIGNALS: [&str; 12] = [
+    "HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "TSTP", "ALRM", "XCPU",
+];
+
 /// A job's state, the same for every scheduler (after DRMAA2's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Waiting to start.
@@ -73,6 +79,7 @@ pub const ALL_STATES: [JobState; 10] = [
 
 /// A job as its scheduler reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
     /// The scheduler's id: `123`, an array's task `123_4` (Slurm) or `123.4` (Grid Engine).
     pub id: String,
@@ -82,29 +89,29 @@ pub struct Job {
     /// The scheduler's own state (`PENDING`, `qw`, `R`), verbatim.
     pub native_state: String,
     /// Why it waits or ended, as the scheduler says (`JobHeldUser`, `Resources`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub reason: Option<String>,
     /// The exit code once it ended (128 + n when killed by signal n).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub queue: Option<String>,
     /// The nodes it runs or ran on, as the scheduler writes them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub nodes: Option<String>,
     /// Unix seconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub submitted_at: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub started_at: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub ended_at: Option<i64>,
     /// For a task of an array: the array's id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub array_id: Option<String>,
     /// For an array's entry of tasks still waiting: which (`3-4`, `5,7`, `1-9:2`; Slurm adds
     /// the concurrency limit, `%2`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub tasks: Option<String>,
 }
 
@@ -161,6 +168,7 @@ mod tests {
 
 /// Which jobs to list; unset fields match every job.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobFilter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
@@ -180,6 +188,7 @@ impl JobFilter {
 
 /// A node's state, the same for every scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NodeState {
     Idle,
@@ -197,6 +206,7 @@ pub enum NodeState {
 
 /// A node of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Node {
     pub name: String,
     pub state: NodeState,
@@ -208,34 +218,39 @@ pub struct Node {
     pub memory_allocated: u64,
     pub gpus: u32,
     pub queues: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub reason: Option<String>,
 }
 
 /// The scheduler's configuration: its settings as it names them, and its queues.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+// Named apart from the core's `SchedulerConfig` (a group's scheduling) in the API document.
+#[cfg_attr(feature = "openapi", schema(as = BatchSchedulerConfig))]
 pub struct SchedulerConfig {
     pub scheduler: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub version: Option<String>,
     pub settings: BTreeMap<String, String>,
     pub queues: Vec<Queue>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Queue {
     pub name: String,
     /// `up`, `down`, `drain`, `inactive` (the scheduler's, lower-cased).
     pub state: String,
     pub default: bool,
     /// Seconds; none when unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub max_walltime: Option<u64>,
     pub nodes: String,
 }
 
 /// A change the scheduler allows at run time.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ConfigChange {
     /// Take no new jobs on the node; running ones finish.
@@ -248,6 +263,7 @@ pub enum ConfigChange {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum QueueState {
     Up,
@@ -257,6 +273,7 @@ pub enum QueueState {
 
 /// What `submit` would run: the script and the command line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Rendered {
     pub script: String,
     pub command: Vec<String>,

@@ -13,6 +13,7 @@ use crate::BatchError;
 
 /// A batch job to submit.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
     /// The job's name in the scheduler [default: the executable's file name, or `corral`].
@@ -47,6 +48,7 @@ pub struct JobSpec {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "walltime"
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::openapi::Walltime>))]
     pub walltime: Option<u64>,
     /// The queue (Slurm: partition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,6 +76,7 @@ pub struct JobSpec {
 
 /// What the job needs. Unset means the scheduler's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -89,6 +92,7 @@ pub struct Resources {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "memory"
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<corral_core::openapi::Amount>))]
     pub memory_per_node: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus_per_node: Option<u32>,
@@ -101,6 +105,7 @@ pub struct Resources {
 
 /// A job array: tasks `start..=end` by `step`, at most `max_concurrent` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ArraySpec {
     pub start: u32,
@@ -117,6 +122,7 @@ fn one() -> u32 {
 
 /// Start only after another job ended: successfully (`after_ok`) or in any way (`after_any`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Dependency {
     pub kind: DependencyKind,
@@ -124,6 +130,7 @@ pub struct Dependency {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DependencyKind {
     AfterOk,

@@ -37,16 +37,12 @@ pub trait BatchSystem: Send + Sync {
 /// A signal's name without `SIG` (`TERM`, `USR1`, `KILL`), or why it is not one.
 pub fn check_signal(signal: &str) -> Result<&str, BatchError> {
     let name = signal.strip_prefix("SIG").unwrap_or(signal);
-    const KNOWN: [&str; 12] = [
-        "HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "TSTP", "ALRM",
-        "XCPU",
-    ];
-    if KNOWN.contains(&name) {
+    if crate::SIGNALS.contains(&name) {
         Ok(name)
     } else {
         Err(BatchError::invalid(
             "signal",
-            format!("{signal:?} is not one of {}", KNOWN.join(", ")),
+            format!("{signal:?} is not one of {}", crate::SIGNALS.join(", ")),
         ))
     }
 }

@@ -53,6 +53,19 @@ pub enum Target {
         #[arg(long, default_value_t = 20)]
         window_secs: u64,
     },
+    /// Batch systems: jobs submitted per second through the API to the real Slurm on this host,
+    /// and the time of one poll of all their states (`.ci/slurm.sh` starts a Slurm).
+    Batch {
+        /// Jobs submitted (held, so none runs; cancelled at the end).
+        #[arg(long, default_value_t = 1000)]
+        jobs: usize,
+        /// Clients submitting at once.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Polls timed; the best is reported.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+    },
 }
 
 pub fn run(target: Target) -> Result<()> {
@@ -81,6 +94,18 @@ pub fn run(target: Target) -> Result<()> {
         } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(crate::bench_agent::run(sessions, agents, window_secs))
+        }
+        Target::Batch {
+            jobs,
+            concurrency,
+            runs,
+        } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(crate::bench_batch::run(
+                jobs.max(1),
+                concurrency.max(1),
+                runs.max(1),
+            ))
         }
     }
 }

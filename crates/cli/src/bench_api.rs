@@ -66,35 +66,10 @@ async fn case(
     rate: u32,
     seconds: u64,
 ) -> Result<()> {
-    let dir = tempfile::tempdir().context("temporary data directory")?;
-    let config = corral_manager::Config {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse()?,
-        database_url,
-        // The agents registered by hand accept placements but run no daemon, so they never
-        // heartbeat: keep them alive for the run.
-        lost_after: Duration::from_secs(3600),
-        // The manager's own defaults for how often passes run: what operators get.
-        ..Default::default()
-    };
-    let app = corral_manager::start(&config).await?;
-    let listener = tokio::net::TcpListener::bind(config.listen).await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(corral_manager::serve_on(
-        listener,
-        app,
-        std::future::pending(),
-    ));
-    let token = std::fs::read_to_string(dir.path().join("admin.token"))?
-        .trim()
-        .to_string();
-    // A group of its own, so a database that already holds data takes part unharmed.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_nanos();
-    let group = format!("bench-{nanos:x}");
+    let manager = InProcess::start(database_url).await?;
+    let group = manager.group.clone();
     let target = Arc::new(Target {
-        client: Client::new(&base, &token, None)?,
+        client: Client::new(&manager.base, &manager.token, None)?,
         session: NewSession {
             group: group.clone(),
             kind: SessionType::Batch,
@@ -177,6 +152,59 @@ async fn case(
         "# {label}: {sessions} sessions by {concurrency} clients, all acknowledged after {submitted:.2} s and placed after {secs:.2} s; {total} paced at {rate}/s, p50 {:.1} ms",
         latencies[latencies.len() / 2].as_secs_f64() * 1e3
     );
-    server.abort();
     Ok(())
+}
+
+/// A manager in this process on a fresh data directory and a free loopback port, with a group
+/// name of its own for the bench (so a database that already holds data takes part unharmed).
+/// Stopped when dropped.
+pub struct InProcess {
+    pub base: String,
+    pub token: String,
+    pub group: String,
+    server: tokio::task::JoinHandle<Result<(), corral_manager::ManagerError>>,
+    _dir: tempfile::TempDir,
+}
+
+impl InProcess {
+    pub async fn start(database_url: Option<String>) -> Result<InProcess> {
+        let dir = tempfile::tempdir().context("temporary data directory")?;
+        let config = corral_manager::Config {
+            data_dir: dir.path().to_path_buf(),
+            listen: "127.0.0.1:0".parse()?,
+            database_url,
+            // The agents registered by hand accept placements but run no daemon, so they never
+            // heartbeat: keep them alive for the run.
+            lost_after: Duration::from_secs(3600),
+            // The manager's own defaults for how often passes run: what operators get.
+            ..Default::default()
+        };
+        let app = corral_manager::start(&config).await?;
+        let listener = tokio::net::TcpListener::bind(config.listen).await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let server = tokio::spawn(corral_manager::serve_on(
+            listener,
+            app,
+            std::future::pending(),
+        ));
+        let token = std::fs::read_to_string(dir.path().join("admin.token"))?
+            .trim()
+            .to_string();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_nanos();
+        Ok(InProcess {
+            base,
+            token,
+            group: format!("bench-{nanos:x}"),
+            server,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
 }

@@ -1,7 +1,8 @@
-//! The client subcommands (`group`, `image`, `session`, `agent`, `events`, `token`): one per
+//! The client subcommands (`group`, `image`, `session`, `agent`, `events`, `batch`, `token`): one per
 //! resource of the manager's REST API, tables for people and `--output json` for scripts.
 
 mod agent;
+mod batch;
 pub mod config;
 mod events;
 mod group;
@@ -114,6 +115,13 @@ pub enum Command {
         #[command(flatten)]
         args: events::Args,
     },
+    /// A group's batch system (Slurm, Grid Engine): bind it; its jobs, nodes and configuration.
+    Batch {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: batch::Command,
+    },
     /// API tokens (admin).
     Token {
         #[command(flatten)]
@@ -143,6 +151,7 @@ pub fn run(command: Command) -> Result<()> {
                 bail!("the agent daemon is started by main, not by the client")
             }
             Command::Events { conn, args } => events::run(&conn.api()?, args).await,
+            Command::Batch { conn, command } => batch::run(&conn.api()?, command).await,
             Command::Token { conn, command } => token::run(&conn.api()?, command).await,
         }
     })

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_agent;
 mod bench_api;
+mod bench_batch;
 mod client;
 mod daemons;
 mod table;

@@ -5,10 +5,11 @@
 //! One module per resource: `tokens.rs` (tokens, bootstrap tokens), `groups.rs` (a group's
 //! settings, templates, provider and instances), `merge_patch.rs` (JSON merge patch, RFC 7396,
 //! for `PATCH /groups/{name}`), `group_state.rs` (a group's queue, shares, required slots and
-//! plan), `images.rs`, `sessions.rs`, `agent_registry.rs` (agents as people see and manage them;
+//! plan), `batch.rs` (a group's batch system: binding, jobs, nodes, configuration), `images.rs`, `sessions.rs`, `agent_registry.rs` (agents as people see and manage them;
 //! the agents' own side, join and sync, is `crate::agents`) and `events.rs`.
 
 mod agent_registry;
+mod batch;
 mod events;
 mod group_state;
 mod groups;
@@ -93,6 +94,37 @@ pub fn router(app: App) -> Router {
         .route(
             "/api/v1/groups/{name}/instances",
             get(groups::list_instances),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch",
+            get(batch::get_binding)
+                .put(batch::put_binding)
+                .delete(batch::delete_binding),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs",
+            get(batch::list_jobs).post(batch::submit_job),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs/{id}",
+            get(batch::get_job).delete(batch::cancel_job),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs/{id}/hold",
+            post(batch::hold_job),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs/{id}/release",
+            post(batch::release_job),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs/{id}/signal",
+            post(batch::signal_job),
+        )
+        .route("/api/v1/groups/{name}/batch/nodes", get(batch::list_nodes))
+        .route(
+            "/api/v1/groups/{name}/batch/config",
+            get(batch::get_config).patch(batch::patch_config),
         )
         .route("/api/v1/groups/{name}/pending", get(group_state::pending))
         .route("/api/v1/groups/{name}/shares", get(group_state::shares))

@@ -5,6 +5,7 @@ mod activity;
 pub mod agents;
 pub mod api;
 pub mod auth;
+mod batch;
 pub mod control;
 pub mod error;
 mod extract;
@@ -148,6 +149,7 @@ pub struct App {
     secrets: Arc<secrets::SecretKey>,
     health: Arc<health::Health>,
     serving: Arc<serve::Serving>,
+    batches: Arc<batch::Batches>,
 }
 
 pub fn now() -> Timestamp {
@@ -195,6 +197,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         serving,
         secrets,
         health: Arc::default(),
+        batches: Arc::default(),
     };
     tokio::spawn(agents::watch_liveness(app.clone()));
     tokio::spawn(agents::watch_termination(app.clone()));

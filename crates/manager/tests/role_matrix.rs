@@ -73,13 +73,17 @@ fn body(name: &str) -> Option<(&'static str, Vec<u8>)> {
         "session" => json(json!({"group": "g", "command": ["true"], "request": "cpu=1"})),
         "agent" | "join" => json(json!({"id": "new", "group": "g", "capacity": "cpu=1"})),
         "sync" => json(json!({"sessions": [], "wait_secs": 0})),
+        "batch" => json(json!({"system": "gridengine"})),
+        "job" => json(json!({"script": "true"})),
+        "signal" => json(json!({"signal": "TERM"})),
+        "change" => json(json!({"kind": "resume_node", "node": "n1"})),
         other => panic!("role_matrix.txt names no body {other:?}"),
     }
 }
 
 /// A manager with groups g, h and `empty`, agents a1 (g) and b1 (h), users alice and bob,
-/// alice's session placed on a1 with its input uploaded and an output, image busybox, and a
-/// token for each kind of caller.
+/// alice's session placed on a1 with its input uploaded and an output, image busybox, g bound
+/// to a batch system whose commands are missing, and a token for each kind of caller.
 struct Fixture {
     m: Manager,
     session: String,
@@ -143,6 +147,15 @@ async fn fixture() -> Fixture {
     }
     assert_eq!(
         m.put("/api/v1/images/busybox", "{}").await.status,
+        StatusCode::OK
+    );
+    // Group g's batch system has no commands here: a call that gets past who may make it is
+    // a 503, one that does not never reaches it.
+    let unreachable = json!({"system": "slurm", "options": {"bin_dir": "/nonexistent"}});
+    assert_eq!(
+        m.put("/api/v1/groups/g/batch", &unreachable.to_string())
+            .await
+            .status,
         StatusCode::OK
     );
     let bootstrap = m.post("/api/v1/groups/g/bootstrap-tokens", "{}").await.body["token"]

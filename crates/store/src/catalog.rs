@@ -188,6 +188,11 @@ impl Store {
             .bind(name)
             .execute(&mut *tx)
             .await?;
+        // Whose jobs these were means nothing to a group of the same name made later.
+        sqlx::query("DELETE FROM batch_jobs WHERE group_name = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -11,6 +11,7 @@
 
 mod agents;
 mod apply;
+mod batch;
 mod catalog;
 mod codec;
 mod cycle;
@@ -80,6 +81,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "health",
         include_str!("../migrations/sqlite/0006_health.sql"),
         include_str!("../migrations/postgres/0006_health.sql"),
+    ),
+    (
+        7,
+        "batch",
+        include_str!("../migrations/sqlite/0007_batch.sql"),
+        include_str!("../migrations/postgres/0007_batch.sql"),
     ),
 ];
 

@@ -1286,3 +1286,51 @@ on_both!(provider_configuration_and_instance_bootstrap_tokens, |db| {
         None
     );
 });
+
+on_both!(batch_bindings_and_owners_are_kept_per_group, |db| {
+    let store = &db.store;
+    for g in ["g", "h"] {
+        store.create_group(&group(g), t(1)).await.unwrap();
+    }
+    assert_eq!(store.get_group_batch("g").await.unwrap(), None);
+    store
+        .set_group_batch("g", Some(r#"{"system":"slurm"}"#), t(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_group_batch("g").await.unwrap().as_deref(),
+        Some(r#"{"system":"slurm"}"#)
+    );
+    assert!(store.set_group_batch("nope", None, t(2)).await.is_err());
+
+    store
+        .record_batch_job("g", "12", "alice", t(3))
+        .await
+        .unwrap();
+    store
+        .record_batch_job("g", "13", "bob", t(4))
+        .await
+        .unwrap();
+    store
+        .record_batch_job("h", "12", "bob", t(3))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.batch_jobs("g", Some("alice")).await.unwrap(),
+        vec![("12".to_string(), "alice".to_string())]
+    );
+    assert_eq!(store.batch_jobs("g", None).await.unwrap().len(), 2);
+    assert_eq!(
+        store.batch_job_owner("h", "12").await.unwrap().as_deref(),
+        Some("bob")
+    );
+    assert_eq!(store.batch_job_owner("g", "14").await.unwrap(), None);
+
+    store.delete_group("g").await.unwrap();
+    store.create_group(&group("g"), t(5)).await.unwrap();
+    assert!(
+        store.batch_jobs("g", None).await.unwrap().is_empty(),
+        "forgotten with the group"
+    );
+    assert_eq!(store.batch_jobs("h", None).await.unwrap().len(), 1);
+});

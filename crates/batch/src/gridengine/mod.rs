@@ -112,9 +112,11 @@ impl GridEngine {
         })
     }
 
+    /// An operator's change: as the manager's own account, not the jobs'.
     async fn qmod(&self, flag: &str, target: String) -> Result<(), BatchError> {
         let answer = self
             .commands
+            .own()
             .run("qmod", &[flag.to_string(), target], None)
             .await?;
         // qmod exits 0 after some refusals ("... does not exist"), which it prints.

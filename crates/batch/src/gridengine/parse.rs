@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::times::{ctime, iso as timestamp};
 use crate::{BatchError, Job, JobState, Node, NodeState};
 
 fn xml<'a>(command: &str, text: &'a str) -> Result<roxmltree::Document<'a>, BatchError> {
@@ -81,30 +82,6 @@ pub fn state(native: &str) -> JobState {
     } else {
         JobState::Unknown
     }
-}
-
-/// `2026-12-03T07:25:35` (the master's local time, UTC on our hosts) as Unix seconds.
-fn timestamp(text: &str) -> Option<i64> {
-    let time: jiff::civil::DateTime = text.parse().ok()?;
-    Some(
-        time.to_zoned(jiff::tz::TimeZone::UTC)
-            .ok()?
-            .timestamp()
-            .as_second(),
-    )
-}
-
-/// `Thu Dec  3 07:25:35 2026`, as `qacct` writes times.
-fn ctime(text: &str) -> Option<i64> {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let time =
-        jiff::civil::DateTime::strptime("%b %d %H:%M:%S %Y", words.get(1..)?.join(" ")).ok()?;
-    Some(
-        time.to_zoned(jiff::tz::TimeZone::UTC)
-            .ok()?
-            .timestamp()
-            .as_second(),
-    )
 }
 
 /// The jobs of `qacct -j`: one record each (an array's tasks each their own), separated by
@@ -379,12 +356,9 @@ mod tests {
         #[test]
         fn cut_and_garbled_outputs_never_panic(cut in 0.0f64..1.0, junk in ".{0,40}") {
             for text in [QSTAT, QSTAT_Z, QACCT, QHOST] {
-                let mut end = (text.len() as f64 * cut) as usize;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                read_all(&text[..end]);
-                read_all(&format!("{}{junk}{}", &text[..end], &text[end..]));
+                let cut_text = crate::garble::cut(text, cut);
+                read_all(cut_text);
+                read_all(&crate::garble::insert(text, cut_text.len(), &junk));
             }
         }
     }

@@ -261,6 +261,8 @@ impl BatchSystem for Slurm {
                 ]
             }
         };
-        self.scontrol(words).await
+        // An operator's change: as the manager's own account, not the jobs'.
+        let answer = self.commands.own().run("scontrol", &words, None).await?;
+        check(answer, "update")
     }
 }

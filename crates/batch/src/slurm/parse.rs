@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::times::iso as timestamp;
 use crate::{BatchError, Job, JobState, Node, NodeState, Queue};
 
 #[derive(Deserialize)]
@@ -174,14 +175,6 @@ pub fn sacct(text: &str) -> Result<Vec<Job>, BatchError> {
         });
     }
     Ok(jobs)
-}
-
-/// `2026-12-03T07:17:22` (sacct's local time, which is UTC on our hosts) as Unix seconds;
-/// none for `Unknown` or `None`.
-fn timestamp(text: &str) -> Option<i64> {
-    let time: jiff::civil::DateTime = text.parse().ok()?;
-    let zoned = time.to_zoned(jiff::tz::TimeZone::UTC).ok()?;
-    Some(zoned.timestamp().as_second())
 }
 
 #[derive(Deserialize)]
@@ -417,22 +410,15 @@ mod tests {
         #[test]
         fn cut_outputs_never_panic(cut in 0.0f64..1.0) {
             for text in [SQUEUE, SINFO, PARTITIONS, SACCT] {
-                let mut end = (text.len() as f64 * cut) as usize;
-                while !text.is_char_boundary(end) {
-                    end -= 1;
-                }
-                read_all(&text[..end]);
+                let cut_text = crate::garble::cut(text, cut);
+                read_all(cut_text);
             }
         }
 
         #[test]
         fn garbled_outputs_never_panic(at in 0usize..20_000, junk in ".{0,40}") {
             for text in [SQUEUE, SINFO, PARTITIONS, SACCT] {
-                let mut at = at.min(text.len());
-                while !text.is_char_boundary(at) {
-                    at -= 1;
-                }
-                read_all(&format!("{}{junk}{}", &text[..at], &text[at..]));
+                read_all(&crate::garble::insert(text, at, &junk));
             }
         }
 

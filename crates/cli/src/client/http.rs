@@ -50,6 +50,17 @@ impl Api {
         reply(self.client.patch(path, body).await)
     }
 
+    /// Any method, with a query and a JSON body.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &[&str],
+        query: &[(&str, Option<String>)],
+        body: Option<&Value>,
+    ) -> Result<Reply> {
+        reply(self.client.call(method, path, query, body).await)
+    }
+
     pub async fn delete(&self, path: &[&str]) -> Result<Reply> {
         reply(self.client.delete(path).await)
     }

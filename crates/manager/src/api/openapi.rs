@@ -65,6 +65,19 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         super::groups::get_provider,
         super::groups::put_provider,
         super::groups::list_instances,
+        super::batch::get_binding,
+        super::batch::put_binding,
+        super::batch::delete_binding,
+        super::batch::list_jobs,
+        super::batch::submit_job,
+        super::batch::get_job,
+        super::batch::cancel_job,
+        super::batch::hold_job,
+        super::batch::release_job,
+        super::batch::signal_job,
+        super::batch::list_nodes,
+        super::batch::get_config,
+        super::batch::patch_config,
         super::group_state::pending,
         super::group_state::shares,
         super::group_state::required,
@@ -94,7 +107,10 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         crate::agents::list_outputs,
         crate::agents::get_output,
     ),
-    components(responses(ErrorResponse), schemas(corral_core::openapi::SlotsOut)),
+    components(
+        responses(ErrorResponse),
+        schemas(corral_core::openapi::SlotsOut, corral_batch::openapi::JobId)
+    ),
     modifiers(&Bearer),
     security(("bearer" = []))
 )]
@@ -188,6 +204,14 @@ pub fn document() -> Value {
             .get_mut(name)
             .unwrap_or_else(|| panic!("refinement of {name}, which the document lacks"));
         merge(schema, keywords);
+    }
+    for name in corral_batch::openapi::CLOSED_ENUMS {
+        let variants = schemas[*name]["oneOf"]
+            .as_array_mut()
+            .expect("a tagged enum");
+        for variant in variants {
+            variant["additionalProperties"] = json!(false);
+        }
     }
     // The merge patch follows the fields of NewGroup and of the provider configuration as the
     // API carries it (`ProviderConfig`, before its options are spelt out per provider).

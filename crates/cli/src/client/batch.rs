@@ -1,0 +1,566 @@
+//! `corral batch`: a group's batch system (Slurm, Grid Engine...): bind it, and its jobs, nodes
+//! and configuration through the manager.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand, ValueEnum};
+use corral_api::batch::{
+    BatchConfig, BatchJob, BatchOptions, ConfigChange, JobSpec, Node, QueueState, Rendered,
+    SchedulerConfig, SubmittedJob, SystemName,
+};
+
+use super::http::{json as body_of, parse, Api};
+use super::render::{self, command_line, fields, or_dash, table};
+use super::{api_name, key_value, Out};
+
+/// Which group's batch system.
+#[derive(Args)]
+pub struct Group {
+    /// The scaling group [default: `group` in the config file, else dev].
+    #[arg(long, short)]
+    group: Option<String>,
+}
+
+impl Group {
+    fn name(self) -> Result<String> {
+        Ok(match self.group {
+            Some(g) => g,
+            None => super::config::load_client_config()?
+                .group
+                .unwrap_or_else(|| "dev".into()),
+        })
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum System {
+    Slurm,
+    Gridengine,
+    Pbs,
+    Lsf,
+    /// A site's own plugin (`--command`; docs/plugins.md).
+    Exec,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Flavor {
+    /// PBS Professional and OpenPBS.
+    Pbspro,
+    Torque,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum State {
+    Queued,
+    Held,
+    Running,
+    Suspended,
+    Completing,
+    Done,
+    Failed,
+    Cancelled,
+    Timeout,
+    Unknown,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum QueueTo {
+    Up,
+    Down,
+    Drain,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Bind the group to a batch system, run by the manager's Unix user (admin).
+    Bind {
+        #[command(flatten)]
+        group: Group,
+        /// The batch system.
+        #[arg(value_enum)]
+        system: System,
+        /// The directory of the scheduler's commands [default: the manager's PATH].
+        #[arg(long, value_name = "DIR")]
+        bin_dir: Option<String>,
+        /// The longest one scheduler command may take [default: 30].
+        #[arg(long, value_name = "SECS")]
+        timeout_secs: Option<u64>,
+        /// A variable for the scheduler's commands (SGE_ROOT=/var/lib/gridengine); repeatable.
+        #[arg(long, value_name = "KEY=VALUE", value_parser = key_value)]
+        env: Vec<(String, String)>,
+        /// Grid Engine: the parallel environment of jobs of more than one slot.
+        #[arg(long, value_name = "PE")]
+        parallel_environment: Option<String>,
+        /// exec: the plugin program, absolute.
+        #[arg(long, value_name = "PROGRAM")]
+        command: Option<String>,
+        /// The Unix account the scheduler's commands (and so the jobs) run as [default: the
+        /// manager's own].
+        #[arg(long, value_name = "ACCOUNT")]
+        run_as: Option<String>,
+        /// PBS: which one [default: pbspro].
+        #[arg(long, value_enum)]
+        flavor: Option<Flavor>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Unbind the group from its batch system; its jobs stay in the scheduler (admin).
+    Unbind {
+        #[command(flatten)]
+        group: Group,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// The batch system the group is bound to.
+    System {
+        #[command(flatten)]
+        group: Group,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Jobs: an admin's, all; a user's, those Corral submitted for them.
+    Jobs {
+        #[command(flatten)]
+        group: Group,
+        /// Only jobs run by this Unix user.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only jobs in this state.
+        #[arg(long, value_enum)]
+        state: Option<State>,
+        /// Only jobs of this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Only jobs Corral submitted for this Corral user (admin).
+        #[arg(long)]
+        owner: Option<String>,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// One job, also after the scheduler forgot it.
+    Job {
+        #[command(flatten)]
+        group: Group,
+        /// The scheduler's job id.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Submit a job described in a file (JSON or TOML, docs/batch.md), or a command.
+    Submit {
+        #[command(flatten)]
+        group: Group,
+        /// The job description (`-` reads standard input, as JSON).
+        #[arg(long, short, value_name = "FILE", conflicts_with = "command")]
+        file: Option<PathBuf>,
+        /// The job's name.
+        #[arg(long)]
+        name: Option<String>,
+        /// The working directory, absolute.
+        #[arg(long, value_name = "DIR")]
+        directory: Option<String>,
+        /// The longest it may run: seconds, HH:MM:SS, or 90m, 2h, 1d.
+        #[arg(long)]
+        walltime: Option<String>,
+        /// The queue (Slurm: partition).
+        #[arg(long)]
+        queue: Option<String>,
+        /// Submit held; it waits until released.
+        #[arg(long)]
+        hold: bool,
+        /// Print the script and command line that would run, and submit nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        out: Out,
+        /// The program and its arguments (after `--`).
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Cancel a job.
+    Cancel {
+        #[command(flatten)]
+        group: Group,
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Hold a waiting job.
+    Hold {
+        #[command(flatten)]
+        group: Group,
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Release a held job.
+    Release {
+        #[command(flatten)]
+        group: Group,
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// The cluster's nodes.
+    Nodes {
+        #[command(flatten)]
+        group: Group,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// The scheduler's configuration; with a flag, change it first (admin).
+    Config {
+        #[command(flatten)]
+        group: Group,
+        /// Take no new jobs on NODE; running ones finish.
+        #[arg(long, value_name = "NODE", conflicts_with_all = ["resume", "queue"])]
+        drain: Option<String>,
+        /// Why the node is drained.
+        #[arg(long, requires = "drain", default_value = "drained with corral")]
+        reason: String,
+        /// Take jobs on NODE again.
+        #[arg(long, value_name = "NODE", conflicts_with = "queue")]
+        resume: Option<String>,
+        /// Open or close QUEUE (with --state).
+        #[arg(long, value_name = "QUEUE", requires = "state")]
+        queue: Option<String>,
+        /// The queue's new state.
+        #[arg(long, value_enum, requires = "queue")]
+        state: Option<QueueTo>,
+        #[command(flatten)]
+        out: Out,
+    },
+}
+
+pub async fn run(api: &Api, command: Command) -> Result<()> {
+    match command {
+        Command::Bind {
+            group,
+            system,
+            bin_dir,
+            timeout_secs,
+            env,
+            parallel_environment,
+            command,
+            run_as,
+            flavor,
+            out,
+        } => {
+            let config = BatchConfig {
+                system: super::api_value::<SystemName>(&system)?,
+                options: BatchOptions {
+                    bin_dir,
+                    timeout_secs,
+                    env: env.into_iter().collect(),
+                    parallel_environment,
+                    command,
+                    run_as,
+                    flavor: flavor.map(|f| super::api_value(&f)).transpose()?,
+                },
+            };
+            let group = group.name()?;
+            let reply = api
+                .put(&["groups", &group, "batch"], &body_of(&config)?)
+                .await?;
+            if !render::json(out.output, &reply) {
+                let config: BatchConfig = parse(&reply)?;
+                println!("group {group} bound to {}", config.system.as_str());
+            }
+        }
+        Command::Unbind { group, out } => {
+            let group = group.name()?;
+            let reply = api.delete(&["groups", &group, "batch"]).await?;
+            if !render::json(out.output, &reply) {
+                println!("group {group} bound to no batch system");
+            }
+        }
+        Command::System { group, out } => {
+            let group = group.name()?;
+            let reply = api.get(&["groups", &group, "batch"], &[]).await?;
+            if !render::json(out.output, &reply) {
+                let c: BatchConfig = parse(&reply)?;
+                let o = &c.options;
+                fields(&[
+                    ("system", c.system.as_str().to_string()),
+                    ("bin_dir", or_dash(o.bin_dir.as_deref())),
+                    (
+                        "timeout_secs",
+                        o.timeout_secs
+                            .unwrap_or(corral_batch::DEFAULT_TIMEOUT_SECS)
+                            .to_string(),
+                    ),
+                    ("env", render::pairs(&o.env)),
+                    (
+                        "parallel_environment",
+                        or_dash(o.parallel_environment.as_deref()),
+                    ),
+                    ("command", or_dash(o.command.as_deref())),
+                    ("run_as", or_dash(o.run_as.as_deref())),
+                    ("flavor", o.flavor.map_or("-".into(), |f| render::word(&f))),
+                ]);
+            }
+        }
+        Command::Jobs {
+            group,
+            user,
+            state,
+            name,
+            owner,
+            out,
+        } => {
+            let group = group.name()?;
+            let query = [
+                ("user", user),
+                ("state", state.map(|s| api_name(&s))),
+                ("name", name),
+                ("owner", owner),
+            ];
+            let reply = api
+                .get(&["groups", &group, "batch", "jobs"], &query)
+                .await?;
+            if !render::json(out.output, &reply) {
+                let jobs: Vec<BatchJob> = parse(&reply)?;
+                let rows: Vec<Vec<String>> = jobs.iter().map(job_row).collect();
+                table(
+                    "jobs",
+                    &[
+                        "ID", "NAME", "USER", "OWNER", "STATE", "NATIVE", "EXIT", "QUEUE", "NODES",
+                        "REASON",
+                    ],
+                    &rows,
+                );
+            }
+        }
+        Command::Job { group, id, out } => {
+            let group = group.name()?;
+            let reply = api
+                .get(&["groups", &group, "batch", "jobs", &id], &[])
+                .await?;
+            if !render::json(out.output, &reply) {
+                let BatchJob { job, owner } = parse(&reply)?;
+                let time = |t: Option<i64>| t.map_or("-".into(), |s| render::time(s * 1000));
+                fields(&[
+                    ("id", job.id.clone()),
+                    ("name", job.name.clone()),
+                    ("user", job.user.clone()),
+                    ("owner", or_dash(owner.as_deref())),
+                    ("state", job.state.as_str().to_string()),
+                    ("native_state", job.native_state.clone()),
+                    ("reason", or_dash(job.reason.as_deref())),
+                    (
+                        "exit_code",
+                        job.exit_code.map_or("-".into(), |c| c.to_string()),
+                    ),
+                    ("queue", or_dash(job.queue.as_deref())),
+                    ("nodes", or_dash(job.nodes.as_deref())),
+                    ("submitted_at", time(job.submitted_at)),
+                    ("started_at", time(job.started_at)),
+                    ("ended_at", time(job.ended_at)),
+                    ("array_id", or_dash(job.array_id.as_deref())),
+                    ("tasks", or_dash(job.tasks.as_deref())),
+                ]);
+            }
+        }
+        Command::Submit {
+            group,
+            file,
+            name,
+            directory,
+            walltime,
+            queue,
+            hold,
+            dry_run,
+            out,
+            command,
+        } => {
+            let mut spec = match (&file, command.split_first()) {
+                (Some(path), _) => read_spec(path)?,
+                (None, Some((program, args))) => JobSpec {
+                    executable: Some(program.clone()),
+                    arguments: args.to_vec(),
+                    ..JobSpec::default()
+                },
+                (None, None) => bail!("give a job description (--file FILE) or a command after --"),
+            };
+            // Flags given win over the file.
+            spec.name = name.or(spec.name);
+            spec.directory = directory.or(spec.directory);
+            spec.queue = queue.or(spec.queue);
+            spec.hold |= hold;
+            if let Some(text) = walltime {
+                spec.walltime = Some(
+                    corral_batch::parse_walltime(&text)
+                        .map_err(|e| anyhow::anyhow!("--walltime: {e}"))?,
+                );
+            }
+            spec.check().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let group = group.name()?;
+            let query = [("dry_run", dry_run.then(|| "true".to_string()))];
+            let path = ["groups", &group, "batch", "jobs"];
+            let body = body_of(&spec)?;
+            let reply = api
+                .call(reqwest::Method::POST, &path, &query, Some(&body))
+                .await?;
+            if !render::json(out.output, &reply) {
+                if dry_run {
+                    let r: Rendered = parse(&reply)?;
+                    println!("# {}", command_line(&r.command));
+                    print!("{}", r.script);
+                } else {
+                    let s: SubmittedJob = parse(&reply)?;
+                    println!("submitted job {}", s.id);
+                }
+            }
+        }
+        Command::Cancel { group, id, out } => {
+            let group = group.name()?;
+            let reply = api
+                .delete(&["groups", &group, "batch", "jobs", &id])
+                .await?;
+            if !render::json(out.output, &reply) {
+                println!("cancelled job {id}");
+            }
+        }
+        Command::Hold { group, id, out } => act(api, group, &id, "hold", "held", out).await?,
+        Command::Release { group, id, out } => {
+            act(api, group, &id, "release", "released", out).await?
+        }
+        Command::Nodes { group, out } => {
+            let group = group.name()?;
+            let reply = api.get(&["groups", &group, "batch", "nodes"], &[]).await?;
+            if !render::json(out.output, &reply) {
+                let nodes: Vec<Node> = parse(&reply)?;
+                let gib = |b: u64| format!("{:.1}GiB", b as f64 / (1u64 << 30) as f64);
+                let rows: Vec<Vec<String>> = nodes
+                    .iter()
+                    .map(|n| {
+                        vec![
+                            n.name.clone(),
+                            render::word(&n.state),
+                            n.native_state.clone(),
+                            format!("{}/{}", n.cpus_allocated, n.cpus),
+                            format!("{}/{}", gib(n.memory_allocated), gib(n.memory)),
+                            n.gpus.to_string(),
+                            n.queues.join(","),
+                            or_dash(n.reason.as_deref()),
+                        ]
+                    })
+                    .collect();
+                table(
+                    "nodes",
+                    &[
+                        "NAME", "STATE", "NATIVE", "CPUS", "MEMORY", "GPUS", "QUEUES", "REASON",
+                    ],
+                    &rows,
+                );
+            }
+        }
+        Command::Config {
+            group,
+            drain,
+            reason,
+            resume,
+            queue,
+            state,
+            out,
+        } => {
+            let group = group.name()?;
+            let change = match (drain, resume, queue, state) {
+                (Some(node), _, _, _) => Some(ConfigChange::DrainNode { node, reason }),
+                (_, Some(node), _, _) => Some(ConfigChange::ResumeNode { node }),
+                (_, _, Some(queue), Some(state)) => Some(ConfigChange::QueueState {
+                    queue,
+                    state: match state {
+                        QueueTo::Up => QueueState::Up,
+                        QueueTo::Down => QueueState::Down,
+                        QueueTo::Drain => QueueState::Drain,
+                    },
+                }),
+                _ => None,
+            };
+            let path = ["groups", &group, "batch", "config"];
+            let reply = match change {
+                Some(change) => {
+                    let body = body_of(&change)?;
+                    api.call(reqwest::Method::PATCH, &path, &[], Some(&body))
+                        .await?
+                }
+                None => api.get(&path, &[]).await?,
+            };
+            if !render::json(out.output, &reply) {
+                let c: SchedulerConfig = parse(&reply)?;
+                let mut rows = vec![
+                    ("scheduler", c.scheduler.clone()),
+                    ("version", or_dash(c.version.as_deref())),
+                ];
+                rows.extend(c.settings.iter().map(|(k, v)| (k.as_str(), v.clone())));
+                fields(&rows);
+                println!();
+                let queues: Vec<Vec<String>> = c
+                    .queues
+                    .iter()
+                    .map(|q| {
+                        vec![
+                            q.name.clone(),
+                            q.state.clone(),
+                            if q.default { "yes" } else { "" }.into(),
+                            q.max_walltime.map_or("-".into(), |s| s.to_string()),
+                            q.nodes.clone(),
+                        ]
+                    })
+                    .collect();
+                table(
+                    "queues",
+                    &["QUEUE", "STATE", "DEFAULT", "MAX WALLTIME (S)", "NODES"],
+                    &queues,
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn job_row(j: &BatchJob) -> Vec<String> {
+    let job = &j.job;
+    vec![
+        job.id.clone(),
+        job.name.clone(),
+        job.user.clone(),
+        or_dash(j.owner.as_deref()),
+        job.state.as_str().to_string(),
+        job.native_state.clone(),
+        job.exit_code.map_or("-".into(), |c| c.to_string()),
+        or_dash(job.queue.as_deref()),
+        or_dash(job.nodes.as_deref()),
+        or_dash(job.reason.as_deref()),
+    ]
+}
+
+/// `hold`, `release`: a POST on the job, then one line.
+async fn act(api: &Api, group: Group, id: &str, action: &str, done: &str, out: Out) -> Result<()> {
+    let group = group.name()?;
+    let reply = api
+        .post(&["groups", &group, "batch", "jobs", id, action], None)
+        .await?;
+    if !render::json(out.output, &reply) {
+        println!("{done} job {id}");
+    }
+    Ok(())
+}
+
+/// A job description from a file: TOML when it ends in `.toml`, else JSON; errors name the
+/// file and the field.
+fn read_spec(path: &std::path::Path) -> Result<JobSpec> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("reading standard input")?
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+    };
+    let spec = if path.extension().is_some_and(|e| e == "toml") {
+        JobSpec::parse_toml(&text)
+    } else {
+        JobSpec::parse_json(&text)
+    };
+    spec.map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}

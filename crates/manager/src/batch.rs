@@ -1,0 +1,128 @@
+//! Groups' batch systems: each group's adaptor, connected once per configuration and kept
+//! (Slurm's is asked where it keeps finished jobs when it connects), and what their errors mean
+//! to an API caller.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::http::StatusCode;
+use corral_batch::{BatchConfig, BatchError, BatchSystem};
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::App;
+
+/// A group's adaptor and the configuration (JSON) it was made from.
+type Connected = (String, Arc<dyn BatchSystem>);
+
+/// The connected adaptor of each group.
+#[derive(Default)]
+pub struct Batches {
+    connected: Mutex<HashMap<String, Connected>>,
+}
+
+impl Batches {
+    /// The group's batch system; 409 when the group is bound to none (the group is there; it
+    /// is not in a state to answer).
+    pub async fn of(&self, app: &App, group: &str) -> Result<Arc<dyn BatchSystem>, ApiError> {
+        let stored = app.store.get_group_batch(group).await?.ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "not_bound",
+                format!(
+                    "group {group:?} has no batch system; an admin binds one with \
+                     `corral batch bind --group {group} SYSTEM`"
+                ),
+            )
+        })?;
+        if let Some((json, system)) = self.lock().get(group) {
+            if *json == stored {
+                return Ok(system.clone());
+            }
+        }
+        let config: BatchConfig = serde_json::from_str(&stored).map_err(|e| {
+            tracing::error!(group, error = %e, "stored batch configuration does not parse");
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!(
+                    "group {group:?}: the stored batch configuration does not parse; bind it again"
+                ),
+            )
+        })?;
+        let system: Arc<dyn BatchSystem> = config.connect().await?.into();
+        self.lock()
+            .insert(group.to_string(), (stored, system.clone()));
+        Ok(system)
+    }
+
+    /// Forgets the group's adaptor (its binding changed or went).
+    pub fn forget(&self, group: &str) {
+        self.lock().remove(group);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Connected>> {
+        self.connected.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The job a scheduler's id belongs to, as Corral records whose it is: its leading number
+/// (`123` of Slurm's task `123_4`, Grid Engine's `123.4`, LSF's `123[4]`, PBS's `123.server`).
+pub fn job_key(id: &str) -> &str {
+    let end = id.find(|c: char| !c.is_ascii_digit()).unwrap_or(id.len());
+    &id[..end]
+}
+
+impl From<BatchError> for ApiError {
+    fn from(e: BatchError) -> Self {
+        let message = e.to_string();
+        match e {
+            BatchError::InvalidSpec { field, message } => ApiError::invalid(&field, message),
+            BatchError::Refused { scheduler, .. } => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "refused", message)
+                    .with_details(json!({"scheduler": scheduler}))
+            }
+            BatchError::NoSuchJob { id } => ApiError::not_found("job", &id),
+            BatchError::Unsupported { scheduler, .. } => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "unsupported", message)
+                    .with_details(json!({"scheduler": scheduler}))
+            }
+            // The scheduler, not the request: the operator's to fix.
+            BatchError::CommandMissing { .. } => {
+                tracing::warn!(error = %message, "batch system unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "batch_unavailable",
+                    message,
+                )
+            }
+            BatchError::Timeout { .. } => {
+                tracing::warn!(error = %message, "batch system timed out");
+                ApiError::new(StatusCode::GATEWAY_TIMEOUT, "batch_timeout", message)
+            }
+            BatchError::Parse { .. } | BatchError::Io { .. } => {
+                tracing::warn!(error = %message, "batch system failed");
+                ApiError::new(StatusCode::BAD_GATEWAY, "batch_failed", message)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::job_key;
+
+    #[test]
+    fn tasks_belong_to_their_job() {
+        for (id, key) in [
+            ("123", "123"),
+            ("123_4", "123"),
+            ("123.4", "123"),
+            ("123[4]", "123"),
+            ("123.server", "123"),
+            ("x", ""),
+        ] {
+            assert_eq!(job_key(id), key, "{id}");
+        }
+    }
+}

@@ -1,0 +1,13 @@
+-- The batch system a group is bound to (JSON: system and options); NULL is none.
+ALTER TABLE groups ADD COLUMN batch TEXT;
+
+-- The batch jobs Corral submitted, each with the user it submitted it for: users see and act on
+-- these only. A job's tasks (Slurm's 12_3, Grid Engine's 12.3) belong to its row.
+CREATE TABLE batch_jobs (
+    group_name   TEXT NOT NULL,
+    job_id       TEXT NOT NULL,
+    owner        TEXT NOT NULL,
+    submitted_at BIGINT NOT NULL,
+    PRIMARY KEY (group_name, job_id)
+);
+CREATE INDEX batch_jobs_owner ON batch_jobs (group_name, owner);
