@@ -284,7 +284,8 @@ EOF
 # group can never hold (admission, by design); the agent join answers 409 for an id another
 # group holds (in the default list already). A job description and a batch binding have rules
 # across fields (one of executable and script; an array's range; options only some systems
-# take) that the server answers with 400, naming the field.
+# take) that the server answers with 400, naming the field; a group bound to no batch system
+# answers its job routes 409, and a scheduler refuses a job with 422.
 cat >"$work/schemathesis.toml" <<'EOF'
 # One operation each (`include-name`: the include-* filters of one entry match any of them).
 [[operations]]
@@ -293,7 +294,7 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 
 [[operations]]
 include-name = "POST /api/v1/groups/{name}/batch/jobs"
-checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404"]
+checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "422"]
 
 [[operations]]
 include-name = "PUT /api/v1/groups/{name}/batch"

@@ -18,6 +18,10 @@ pub struct BatchJob {
     /// The Corral user it was submitted for; none for jobs submitted around Corral.
     #[serde(default)]
     pub owner: Option<String>,
+    /// For a job that ended, read on its own: the outputs it names that are not in its
+    /// directory (it could not write them); null when not looked at.
+    #[serde(default)]
+    pub missing_outputs: Option<Vec<String>>,
 }
 
 /// Which jobs to list; unset fields match every job.

@@ -77,6 +77,24 @@ impl Commands {
         args: &[String],
         input: Option<&str>,
     ) -> Result<Answer, BatchError> {
+        let (code, stdout, stderr) = self
+            .run_bytes(program, args, input.map(str::as_bytes))
+            .await?;
+        Ok(Answer {
+            code,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        })
+    }
+
+    /// [`Commands::run`] with bytes in and out (files staged and collected): the exit code,
+    /// standard output and standard error.
+    pub async fn run_bytes(
+        &self,
+        program: &str,
+        args: &[String],
+        input: Option<&[u8]>,
+    ) -> Result<(Option<i32>, Vec<u8>, Vec<u8>), BatchError> {
         let path = match &self.bin_dir {
             Some(dir) => dir.join(program),
             None => PathBuf::from(program),
@@ -117,11 +135,11 @@ impl Commands {
             _ => io(e),
         })?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
-        if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-            let text = text.to_string();
+        if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
+            let data = data.to_vec();
             // A command that exits without reading all of it is answered by its exit status.
             tokio::spawn(async move {
-                let _ = stdin.write_all(text.as_bytes()).await;
+                let _ = stdin.write_all(&data).await;
             });
         }
         match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
@@ -131,11 +149,7 @@ impl Commands {
                     command: path.display().to_string(),
                 })
             }
-            Ok(Ok(output)) => Ok(Answer {
-                code: output.status.code(),
-                stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-            }),
+            Ok(Ok(output)) => Ok((output.status.code(), output.stdout, output.stderr)),
             Ok(Err(e)) => Err(io(e)),
             Err(_) => {
                 // The child itself was killed when its future was dropped; now its group.

@@ -73,6 +73,11 @@ pub struct BatchOptions {
     /// exec: the plugin, an absolute path (docs/plugins.md).
     #[serde(default)]
     pub command: Option<String>,
+    /// Where jobs with files staged or collected get their directories,
+    /// `WORK_DIR/<user>/<random>`: absolute, on a file system the manager's host and the nodes
+    /// share [default: none; such jobs are refused].
+    #[serde(default)]
+    pub work_dir: Option<String>,
 }
 
 /// Which PBS: they differ in output formats, arrays and what they keep of finished jobs.
@@ -102,12 +107,17 @@ impl BatchConfig {
     /// Checks what the types cannot say; fields are named as in the body (`options.env`).
     pub fn check(&self) -> Result<(), BatchError> {
         let o = &self.options;
-        if let Some(dir) = &o.bin_dir {
-            if !dir.starts_with('/') || dir.contains('\0') {
-                return Err(BatchError::invalid(
-                    "options.bin_dir",
-                    format!("{dir:?} is not an absolute path"),
-                ));
+        for (field, dir) in [
+            ("options.bin_dir", &o.bin_dir),
+            ("options.work_dir", &o.work_dir),
+        ] {
+            if let Some(dir) = dir {
+                if !dir.starts_with('/') || dir.contains('\0') {
+                    return Err(BatchError::invalid(
+                        field,
+                        format!("{dir:?} is not an absolute path"),
+                    ));
+                }
             }
         }
         if let Some(secs) = o.timeout_secs {
@@ -204,16 +214,22 @@ impl BatchConfig {
 
 #[cfg(feature = "adaptors")]
 impl BatchConfig {
-    /// The adaptor for this configuration; Slurm is asked where it keeps finished jobs.
-    pub async fn connect(&self) -> Result<Box<dyn crate::BatchSystem>, BatchError> {
-        self.check()?;
+    /// How the binding runs commands: the adaptor's, and its jobs' files ([`crate::staging`]).
+    pub fn commands(&self) -> crate::Commands {
         let o = &self.options;
-        let commands = crate::Commands {
+        crate::Commands {
             bin_dir: o.bin_dir.as_ref().map(Into::into),
             timeout: std::time::Duration::from_secs(o.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS)),
             env: o.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             run_as: o.run_as.clone(),
-        };
+        }
+    }
+
+    /// The adaptor for this configuration; Slurm is asked where it keeps finished jobs.
+    pub async fn connect(&self) -> Result<Box<dyn crate::BatchSystem>, BatchError> {
+        self.check()?;
+        let o = &self.options;
+        let commands = self.commands();
         Ok(match self.system {
             SystemName::Slurm => Box::new(crate::slurm::Slurm::connect(commands).await?),
             SystemName::GridEngine => Box::new(crate::gridengine::GridEngine::new(

@@ -36,6 +36,10 @@ pub enum BatchError {
         scheduler: &'static str,
         what: String,
     },
+    /// A job's files could not be made, written or read in its directory (the work directory
+    /// missing or full, a file where a directory is needed); the command's words.
+    #[error("{what}: {message}")]
+    Staging { what: String, message: String },
     /// Starting or talking to the command failed.
     #[error("{command}: {source}")]
     Io {

@@ -15,6 +15,7 @@
 //!   `bhosts -o ... -json`, `bqueues`, `bparams` and `badmin`.
 //! - `pbs`: PBS Pro / OpenPBS (`qstat -F json`) and Torque (`qstat -x`, XML) through `qsub`,
 //!   `qstat`, `qdel`, `qhold`, `qrls`, `qsig`, `pbsnodes` and `qmgr`.
+//! - `staging`: a job's files in its directory, as the binding's account.
 //! - `slurm`: Slurm through its command-line tools (`sbatch`, `squeue --json`, `scontrol`,
 //!   `sinfo --json`, `scancel`, `sacct`).
 
@@ -36,6 +37,8 @@ pub mod pbs;
 #[cfg(feature = "adaptors")]
 pub mod slurm;
 mod spec;
+#[cfg(feature = "adaptors")]
+pub mod staging;
 #[cfg(feature = "adaptors")]
 mod system;
 #[cfg(feature = "adaptors")]

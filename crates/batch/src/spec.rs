@@ -271,18 +271,7 @@ impl JobSpec {
                 })?;
             }
         }
-        if !self.inputs.is_empty() && self.directory.is_none() {
-            return Err(BatchError::invalid(
-                "directory",
-                "inputs are staged into the working directory: give one",
-            ));
-        }
-        if !self.outputs.is_empty() && self.directory.is_none() {
-            return Err(BatchError::invalid(
-                "directory",
-                "outputs are collected from the working directory: give one",
-            ));
-        }
+        // Who stages the files makes their directory (the manager: under its work_dir).
         Ok(())
     }
 
@@ -594,7 +583,6 @@ mod tests {
                 r#"{"executable": "x", "inputs": ["../etc/passwd"], "directory": "/w"}"#,
                 "inputs[0]",
             ),
-            (r#"{"executable": "x", "inputs": ["a"]}"#, "directory"),
             (
                 r#"{"executable": "x", "directory": "relative"}"#,
                 "directory",

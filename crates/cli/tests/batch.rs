@@ -111,19 +111,29 @@ fn bind(c: &Cluster, bind: &[&str], scheduler: &str) -> Option<Vec<Value>> {
 #[test]
 fn slurm_through_the_cli_each_user_sees_and_acts_on_their_own_jobs() {
     let c = Cluster::start(60);
+    // Where the jobs' account makes the directories of jobs with files.
+    let stage = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(stage.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     // Jobs run as corral-batch (made by .ci/slurm.sh), never as the manager's account.
-    let Some(nodes) = bind(
+    let bound = bind(
         &c,
-        &["slurm", "--run-as", "corral-batch"],
+        &[
+            "slurm",
+            "--run-as",
+            "corral-batch",
+            "--work-dir",
+            stage.path().to_str().unwrap(),
+        ],
         "Slurm (.ci/slurm.sh)",
-    ) else {
+    );
+    let Some(nodes) = bound else {
         return;
     };
     let alice = user_token(&c, "alice");
     let bob = user_token(&c, "bob");
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().to_str().unwrap();
-    use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
 
     // Binding is the admins'; the binding reads back.
@@ -205,6 +215,50 @@ fn slurm_through_the_cli_each_user_sees_and_acts_on_their_own_jobs() {
     // Nor anything of the manager's environment (cargo set CARGO_MANIFEST_DIR for it).
     let env = std::fs::read_to_string(work.path().join("env.txt")).unwrap();
     assert!(!env.contains("CARGO_MANIFEST_DIR"), "{env}");
+
+    // A job with files: its input staged before it starts, its output back through the API
+    // once it ended, an output it never wrote reported missing; none of it to another user.
+    let words = write(work.path(), "words.txt", "hello batch\n");
+    let staged = submitted(batch(
+        &c,
+        &alice,
+        "submit",
+        &[
+            "--input",
+            &words,
+            "--output",
+            "upper.txt",
+            "--output",
+            "never.txt",
+            "--",
+            "/bin/sh",
+            "-c",
+            "tr a-z A-Z < words.txt > upper.txt",
+        ],
+    ));
+    let job = job_until(&c, &alice, &staged, "done", state_is("done"));
+    assert_eq!(
+        job["missing_outputs"],
+        serde_json::json!(["never.txt"]),
+        "{job}"
+    );
+    let into = tempfile::tempdir().unwrap();
+    let into_dir = into.path().to_str().unwrap();
+    let fetched = ok(batch(&c, &alice, "outputs", &[&staged, "--dir", into_dir]));
+    assert!(fetched.contains("upper.txt"), "{fetched}");
+    assert_eq!(
+        std::fs::read_to_string(into.path().join("upper.txt")).unwrap(),
+        "HELLO BATCH\n"
+    );
+    assert!(fails(batch(&c, &bob, "outputs", &[&staged, "--dir", into_dir])).contains("not found"));
+    // Files need a directory of Corral's making.
+    let refused = fails(batch(
+        &c,
+        &alice,
+        "submit",
+        &["--input", &words, "--directory", dir, "--", "/bin/true"],
+    ));
+    assert!(refused.contains("directory"), "{refused}");
 
     // A command runs to done in its directory.
     let done = submitted(batch(

@@ -26,8 +26,9 @@ use crate::{now, App};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
 
-/// Largest output file an agent uploads in one request.
-const MAX_OUTPUT: usize = 256 << 20;
+/// Largest file uploaded in one request: an output of an agent's session, an input of a user's
+/// session or batch job.
+pub(crate) const MAX_OUTPUT: usize = 256 << 20;
 /// Longest an agent's sync is held while there is nothing to do.
 const MAX_WAIT: Duration = Duration::from_secs(30);
 /// Most log bytes one read returns.

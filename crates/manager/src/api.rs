@@ -121,6 +121,18 @@ pub fn router(app: App) -> Router {
             "/api/v1/groups/{name}/batch/jobs/{id}/signal",
             post(batch::signal_job),
         )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs/{id}/inputs/{*path}",
+            put(batch::put_input).layer(DefaultBodyLimit::max(crate::agents::MAX_OUTPUT)),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs/{id}/outputs",
+            get(batch::list_outputs),
+        )
+        .route(
+            "/api/v1/groups/{name}/batch/jobs/{id}/outputs/{*path}",
+            get(batch::get_output),
+        )
         .route("/api/v1/groups/{name}/batch/nodes", get(batch::list_nodes))
         .route(
             "/api/v1/groups/{name}/batch/config",

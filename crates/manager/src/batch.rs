@@ -12,8 +12,14 @@ use serde_json::json;
 use crate::error::ApiError;
 use crate::App;
 
-/// A group's adaptor and the configuration (JSON) it was made from.
-type Connected = (String, Arc<dyn BatchSystem>);
+/// A group's batch system: its adaptor and the binding it was made from.
+pub struct Bound {
+    pub system: Box<dyn BatchSystem>,
+    pub config: BatchConfig,
+}
+
+/// A group's bound system and the binding (JSON) as stored.
+type Connected = (String, Arc<Bound>);
 
 /// The connected adaptor of each group.
 #[derive(Default)]
@@ -24,7 +30,7 @@ pub struct Batches {
 impl Batches {
     /// The group's batch system; 409 when the group is bound to none (the group is there; it
     /// is not in a state to answer).
-    pub async fn of(&self, app: &App, group: &str) -> Result<Arc<dyn BatchSystem>, ApiError> {
+    pub async fn of(&self, app: &App, group: &str) -> Result<Arc<Bound>, ApiError> {
         let stored = app.store.get_group_batch(group).await?.ok_or_else(|| {
             ApiError::new(
                 StatusCode::CONFLICT,
@@ -50,10 +56,13 @@ impl Batches {
                 ),
             )
         })?;
-        let system: Arc<dyn BatchSystem> = config.connect().await?.into();
+        let bound = Arc::new(Bound {
+            system: config.connect().await?,
+            config,
+        });
         self.lock()
-            .insert(group.to_string(), (stored, system.clone()));
-        Ok(system)
+            .insert(group.to_string(), (stored, bound.clone()));
+        Ok(bound)
     }
 
     /// Forgets the group's adaptor (its binding changed or went).
@@ -100,7 +109,7 @@ impl From<BatchError> for ApiError {
                 tracing::warn!(error = %message, "batch system timed out");
                 ApiError::new(StatusCode::GATEWAY_TIMEOUT, "batch_timeout", message)
             }
-            BatchError::Parse { .. } | BatchError::Io { .. } => {
+            BatchError::Parse { .. } | BatchError::Io { .. } | BatchError::Staging { .. } => {
                 tracing::warn!(error = %message, "batch system failed");
                 ApiError::new(StatusCode::BAD_GATEWAY, "batch_failed", message)
             }

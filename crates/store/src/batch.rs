@@ -3,7 +3,7 @@
 
 use corral_core::Timestamp;
 
-use crate::{Result, Store, StoreError};
+use crate::{locked, Result, Store, StoreError};
 
 impl Store {
     /// A group's batch system configuration (JSON), `None` when it is bound to none.
@@ -35,24 +35,29 @@ impl Store {
         Ok(())
     }
 
-    /// Records that Corral submitted job `job_id` for `owner`.
+    /// Records a job Corral submitted (again: replaces the record).
     pub async fn record_batch_job(
         &self,
         group: &str,
-        job_id: &str,
-        owner: &str,
+        job: &BatchJobRecord,
         now: Timestamp,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO batch_jobs (group_name, job_id, owner, submitted_at) \
-             VALUES ($1, $2, $3, $4) \
+            "INSERT INTO batch_jobs (group_name, job_id, owner, submitted_at, directory, \
+             awaiting, outputs, release_after_inputs) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
              ON CONFLICT (group_name, job_id) DO UPDATE SET owner = excluded.owner, \
-             submitted_at = excluded.submitted_at",
+             submitted_at = excluded.submitted_at, directory = excluded.directory, \
+             awaiting = excluded.awaiting, outputs = excluded.outputs, \
+             release_after_inputs = excluded.release_after_inputs",
         )
         .bind(group)
-        .bind(job_id)
-        .bind(owner)
+        .bind(&job.job_id)
+        .bind(&job.owner)
         .bind(now.0)
+        .bind(&job.directory)
+        .bind(json(&job.awaiting))
+        .bind(json(&job.outputs))
+        .bind(i64::from(job.release_after_inputs))
         .execute(&self.write)
         .await?;
         Ok(())
@@ -76,16 +81,88 @@ impl Store {
         Ok(rows)
     }
 
-    /// Who Corral submitted job `job_id` for, if it did.
-    pub async fn batch_job_owner(&self, group: &str, job_id: &str) -> Result<Option<String>> {
-        Ok(
-            sqlx::query_scalar(
-                "SELECT owner FROM batch_jobs WHERE group_name = $1 AND job_id = $2",
-            )
+    /// The record of job `job_id`, if Corral submitted it.
+    pub async fn batch_job(&self, group: &str, job_id: &str) -> Result<Option<BatchJobRecord>> {
+        let row: Option<BatchRow> = sqlx::query_as(
+            "SELECT job_id, owner, directory, awaiting, outputs, release_after_inputs \
+             FROM batch_jobs WHERE group_name = $1 AND job_id = $2",
+        )
+        .bind(group)
+        .bind(job_id)
+        .fetch_optional(&self.read)
+        .await?;
+        row.map(record).transpose()
+    }
+
+    /// Input `path` of job `job_id` has been written: the inputs it still awaits after it, or
+    /// `None` if it was not awaiting that one (not an input of it, or uploaded already).
+    pub async fn batch_input_received(
+        &self,
+        group: &str,
+        job_id: &str,
+        path: &str,
+    ) -> Result<Option<Vec<String>>> {
+        let mut tx = self.write_tx().await?;
+        let awaiting: Option<String> = sqlx::query_scalar(self.locking(locked!(
+            "SELECT awaiting FROM batch_jobs WHERE group_name = $1 AND job_id = $2"
+        )))
+        .bind(group)
+        .bind(job_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(awaiting) = awaiting else {
+            return Ok(None);
+        };
+        let mut awaiting: Vec<String> = parse(&awaiting, "awaiting")?;
+        let Some(at) = awaiting.iter().position(|p| p == path) else {
+            return Ok(None);
+        };
+        awaiting.remove(at);
+        sqlx::query("UPDATE batch_jobs SET awaiting = $3 WHERE group_name = $1 AND job_id = $2")
             .bind(group)
             .bind(job_id)
-            .fetch_optional(&self.read)
-            .await?,
-        )
+            .bind(json(&awaiting))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(awaiting))
     }
+}
+
+/// A batch job Corral submitted: for whom, and the files it stages and collects.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchJobRecord {
+    /// The job's key: its leading number (an array's tasks are their array's).
+    pub job_id: String,
+    pub owner: String,
+    /// The directory Corral made for its files.
+    pub directory: Option<String>,
+    /// Inputs not uploaded yet.
+    pub awaiting: Vec<String>,
+    pub outputs: Vec<String>,
+    /// Held for its inputs (not by its submitter): the last one releases it.
+    pub release_after_inputs: bool,
+}
+
+type BatchRow = (String, String, Option<String>, String, String, i64);
+
+fn record(
+    (job_id, owner, directory, awaiting, outputs, release): BatchRow,
+) -> Result<BatchJobRecord> {
+    Ok(BatchJobRecord {
+        awaiting: parse(&awaiting, "awaiting")?,
+        outputs: parse(&outputs, "outputs")?,
+        job_id,
+        owner,
+        directory,
+        release_after_inputs: release != 0,
+    })
+}
+
+fn json(paths: &[String]) -> String {
+    serde_json::to_string(paths).expect("strings print")
+}
+
+fn parse(text: &str, column: &str) -> Result<Vec<String>> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("batch_jobs.{column}: {e}")))
 }

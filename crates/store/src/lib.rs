@@ -36,6 +36,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Connection, Executor, SqlSafeStr, Transaction};
 
 pub use apply::Applied;
+pub use batch::BatchJobRecord;
 pub use cycle::MAX_PENDING_PER_PASS;
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};

@@ -5,7 +5,8 @@ mod common;
 use corral_core::slots::{Quantity, SlotName};
 use corral_core::*;
 use corral_store::{
-    Backend, EventFilter, InstancePhase, NewEvent, Role, SessionFilter, Store, StoreError,
+    Backend, BatchJobRecord, EventFilter, InstancePhase, NewEvent, Role, SessionFilter, Store,
+    StoreError,
 };
 
 use common::*;
@@ -1303,16 +1304,21 @@ on_both!(batch_bindings_and_owners_are_kept_per_group, |db| {
     );
     assert!(store.set_group_batch("nope", None, t(2)).await.is_err());
 
+    let job = |id: &str, owner: &str| BatchJobRecord {
+        job_id: id.into(),
+        owner: owner.into(),
+        ..BatchJobRecord::default()
+    };
     store
-        .record_batch_job("g", "12", "alice", t(3))
+        .record_batch_job("g", &job("12", "alice"), t(3))
         .await
         .unwrap();
     store
-        .record_batch_job("g", "13", "bob", t(4))
+        .record_batch_job("g", &job("13", "bob"), t(4))
         .await
         .unwrap();
     store
-        .record_batch_job("h", "12", "bob", t(3))
+        .record_batch_job("h", &job("12", "bob"), t(3))
         .await
         .unwrap();
     assert_eq!(
@@ -1321,10 +1327,10 @@ on_both!(batch_bindings_and_owners_are_kept_per_group, |db| {
     );
     assert_eq!(store.batch_jobs("g", None).await.unwrap().len(), 2);
     assert_eq!(
-        store.batch_job_owner("h", "12").await.unwrap().as_deref(),
-        Some("bob")
+        store.batch_job("h", "12").await.unwrap(),
+        Some(job("12", "bob"))
     );
-    assert_eq!(store.batch_job_owner("g", "14").await.unwrap(), None);
+    assert_eq!(store.batch_job("g", "14").await.unwrap(), None);
 
     store.delete_group("g").await.unwrap();
     store.create_group(&group("g"), t(5)).await.unwrap();
@@ -1333,4 +1339,46 @@ on_both!(batch_bindings_and_owners_are_kept_per_group, |db| {
         "forgotten with the group"
     );
     assert_eq!(store.batch_jobs("h", None).await.unwrap().len(), 1);
+});
+
+on_both!(a_batch_jobs_inputs_are_awaited_one_by_one, |db| {
+    let store = &db.store;
+    store.create_group(&group("g"), t(1)).await.unwrap();
+    let job = BatchJobRecord {
+        job_id: "7".into(),
+        owner: "alice".into(),
+        directory: Some("/scratch/corral/alice/x".into()),
+        awaiting: vec!["a.txt".into(), "data/b.csv".into()],
+        outputs: vec!["out".into()],
+        release_after_inputs: true,
+    };
+    store.record_batch_job("g", &job, t(2)).await.unwrap();
+    assert_eq!(store.batch_job("g", "7").await.unwrap(), Some(job.clone()));
+    let left = store
+        .batch_input_received("g", "7", "data/b.csv")
+        .await
+        .unwrap();
+    assert_eq!(left, Some(vec!["a.txt".to_string()]));
+    // Not awaited (again, or never): nothing changes.
+    assert_eq!(
+        store
+            .batch_input_received("g", "7", "data/b.csv")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.batch_input_received("g", "7", "c").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.batch_input_received("g", "8", "a.txt").await.unwrap(),
+        None
+    );
+    let left = store.batch_input_received("g", "7", "a.txt").await.unwrap();
+    assert_eq!(left, Some(vec![]));
+    let stored = store.batch_job("g", "7").await.unwrap().unwrap();
+    assert!(
+        stored.awaiting.is_empty() && stored.outputs == job.outputs && stored.release_after_inputs
+    );
 });

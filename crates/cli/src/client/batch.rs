@@ -92,6 +92,10 @@ pub enum Command {
         /// Grid Engine: the parallel environment of jobs of more than one slot.
         #[arg(long, value_name = "PE")]
         parallel_environment: Option<String>,
+        /// Where jobs with --input or --output get their directories (WORK_DIR/USER/RANDOM), on a
+        /// file system this host and the nodes share.
+        #[arg(long, value_name = "DIR")]
+        work_dir: Option<String>,
         /// exec: the plugin program, absolute.
         #[arg(long, value_name = "PROGRAM")]
         command: Option<String>,
@@ -169,14 +173,35 @@ pub enum Command {
         /// Submit held; it waits until released.
         #[arg(long)]
         hold: bool,
+        /// A local file uploaded into the job's directory (under its own name) before it starts;
+        /// repeatable. Needs the binding's work_dir.
+        #[arg(long = "input", value_name = "FILE")]
+        inputs: Vec<String>,
+        /// A path in the job's directory collected when it ends (`corral batch outputs`);
+        /// repeatable.
+        #[arg(long = "output", value_name = "PATH")]
+        outputs: Vec<String>,
         /// Print the script and command line that would run, and submit nothing.
         #[arg(long)]
         dry_run: bool,
-        #[command(flatten)]
-        out: Out,
+        /// How to print: the job's id, or the manager's JSON answer (here `--output` is a job's
+        /// output path, so the long form is --format).
+        #[arg(long = "format", short = 'o', value_enum, default_value_t)]
+        format: crate::Output,
         /// The program and its arguments (after `--`).
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
+    },
+    /// Download the outputs of a job that has ended into a directory.
+    Outputs {
+        #[command(flatten)]
+        group: Group,
+        id: String,
+        /// Where to put them.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
+        #[command(flatten)]
+        out: Out,
     },
     /// Cancel a job.
     Cancel {
@@ -242,6 +267,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             timeout_secs,
             env,
             parallel_environment,
+            work_dir,
             command,
             run_as,
             flavor,
@@ -254,6 +280,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     timeout_secs,
                     env: env.into_iter().collect(),
                     parallel_environment,
+                    work_dir,
                     command,
                     run_as,
                     flavor: flavor.map(|f| super::api_value(&f)).transpose()?,
@@ -295,6 +322,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                         "parallel_environment",
                         or_dash(o.parallel_environment.as_deref()),
                     ),
+                    ("work_dir", or_dash(o.work_dir.as_deref())),
                     ("command", or_dash(o.command.as_deref())),
                     ("run_as", or_dash(o.run_as.as_deref())),
                     ("flavor", o.flavor.map_or("-".into(), |f| render::word(&f))),
@@ -338,7 +366,11 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 .get(&["groups", &group, "batch", "jobs", &id], &[])
                 .await?;
             if !render::json(out.output, &reply) {
-                let BatchJob { job, owner } = parse(&reply)?;
+                let BatchJob {
+                    job,
+                    owner,
+                    missing_outputs,
+                } = parse(&reply)?;
                 let time = |t: Option<i64>| t.map_or("-".into(), |s| render::time(s * 1000));
                 fields(&[
                     ("id", job.id.clone()),
@@ -359,6 +391,10 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     ("ended_at", time(job.ended_at)),
                     ("array_id", or_dash(job.array_id.as_deref())),
                     ("tasks", or_dash(job.tasks.as_deref())),
+                    (
+                        "missing_outputs",
+                        missing_outputs.map_or("-".into(), |m| m.join(", ")),
+                    ),
                 ]);
             }
         }
@@ -370,8 +406,10 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             walltime,
             queue,
             hold,
+            inputs,
+            outputs,
             dry_run,
-            out,
+            format,
             command,
         } => {
             let mut spec = match (&file, command.split_first()) {
@@ -388,6 +426,8 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             spec.directory = directory.or(spec.directory);
             spec.queue = queue.or(spec.queue);
             spec.hold |= hold;
+            spec.inputs.extend(super::session::input_names(&inputs)?);
+            spec.outputs.extend(outputs);
             if let Some(text) = walltime {
                 spec.walltime = Some(
                     corral_batch::parse_walltime(&text)
@@ -402,7 +442,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let reply = api
                 .call(reqwest::Method::POST, &path, &query, Some(&body))
                 .await?;
-            if !render::json(out.output, &reply) {
+            if !render::json(format, &reply) {
                 if dry_run {
                     let r: Rendered = parse(&reply)?;
                     println!("# {}", command_line(&r.command));
@@ -412,6 +452,22 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     println!("submitted job {}", s.id);
                 }
             }
+            if !dry_run && !inputs.is_empty() {
+                let s: SubmittedJob = parse(&reply)?;
+                let job = ["groups", &group, "batch", "jobs", &s.id];
+                super::session::upload_inputs(api, &job, &inputs).await?;
+            }
+        }
+        Command::Outputs {
+            group,
+            id,
+            dir,
+            out,
+        } => {
+            let group = group.name()?;
+            let job = ["groups", &group, "batch", "jobs", &id];
+            let json = matches!(out.output, crate::Output::Json);
+            super::run::outputs(api, &job, &dir, json).await?;
         }
         Command::Cancel { group, id, out } => {
             let group = group.name()?;

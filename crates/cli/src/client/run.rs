@@ -20,7 +20,7 @@ const POLL: Duration = Duration::from_millis(100);
 pub async fn run_session(api: &Api, body: &NewSession, inputs: &[String]) -> Result<i32> {
     let reply = api.post(&["sessions"], Some(&json(body)?)).await?;
     let id = parse::<Submitted>(&reply)?.id;
-    super::session::upload_inputs(api, &id, inputs).await?;
+    super::session::upload_inputs(api, &["sessions", &id], inputs).await?;
     let progress = std::io::stderr().is_terminal();
     if progress {
         eprintln!("session {id} submitted");
@@ -126,8 +126,9 @@ pub async fn logs(api: &Api, id: &str, stderr: bool, follow: bool) -> Result<()>
 }
 
 /// Downloads every output of a session into `dir`, keeping their relative paths.
-pub async fn outputs(api: &Api, id: &str, dir: &Path, json_out: bool) -> Result<()> {
-    let list = api.get(&["sessions", id, "outputs"], &[]).await?;
+/// Downloads the outputs of `resource` (`["sessions", ID]`, or a batch job's path) into `dir`.
+pub async fn outputs(api: &Api, resource: &[&str], dir: &Path, json_out: bool) -> Result<()> {
+    let list = api.get(&[resource, &["outputs"]].concat(), &[]).await?;
     if json_out {
         println!("{}", super::render::pretty(&list.text));
         return Ok(());
@@ -142,7 +143,7 @@ pub async fn outputs(api: &Api, id: &str, dir: &Path, json_out: bool) -> Result<
             anyhow::anyhow!("the manager listed an output path that {why}: {rel:?}")
         })?;
         let segments: Vec<&str> = rel.split('/').collect();
-        let mut url_path = vec!["sessions", id, "outputs"];
+        let mut url_path = [resource, &["outputs"]].concat();
         url_path.extend(segments);
         let data = api.get_bytes(&url_path, &[]).await?;
         let target = dir.join(path);

@@ -182,7 +182,8 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         }
         Command::Logs { id, follow, stderr } => super::run::logs(api, &id, stderr, follow).await?,
         Command::Outputs { id, dir, out } => {
-            super::run::outputs(api, &id, &dir, matches!(out.output, Output::Json)).await?
+            let json = matches!(out.output, Output::Json);
+            super::run::outputs(api, &["sessions", &id], &dir, json).await?
         }
         Command::Submit {
             group,
@@ -212,7 +213,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             };
             let reply = api.post(&["sessions"], Some(&json(&body)?)).await?;
             let id = parse::<Submitted>(&reply)?.id;
-            upload_inputs(api, &id, &inputs).await?;
+            upload_inputs(api, &["sessions", &id], &inputs).await?;
             if !render::json(format, &reply) {
                 println!("{id}");
             }
@@ -375,7 +376,7 @@ fn print_session(s: &SessionView) {
 }
 
 /// The names local input files have in the session's directory: their file names, distinct.
-fn input_names(inputs: &[String]) -> Result<Vec<String>> {
+pub(crate) fn input_names(inputs: &[String]) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for input in inputs {
         let path = std::path::Path::new(input);
@@ -394,11 +395,12 @@ fn input_names(inputs: &[String]) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Uploads the local input files of a just-submitted session; it starts once all are there.
-pub(crate) async fn upload_inputs(api: &Api, id: &str, inputs: &[String]) -> Result<()> {
+/// Uploads the local input files of a just-submitted session or batch job (`resource`:
+/// `["sessions", ID]`, or the job's path); it starts once all are there.
+pub(crate) async fn upload_inputs(api: &Api, resource: &[&str], inputs: &[String]) -> Result<()> {
     for (input, name) in inputs.iter().zip(input_names(inputs)?) {
         let data = std::fs::read(input).with_context(|| format!("reading {input}"))?;
-        api.put_bytes(&["sessions", id, "inputs", &name], data)
+        api.put_bytes(&[resource, &["inputs", &name]].concat(), data)
             .await?;
     }
     Ok(())

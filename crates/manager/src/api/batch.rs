@@ -1,11 +1,15 @@
 //! A group's batch system: the binding (admins), its jobs (admins see and act on every job;
 //! users on those Corral submitted for them, and others' are "not found"), its nodes and its
 //! configuration, read by everyone and changed by admins. On a group bound to no batch system
-//! these answer 409.
+//! these answer 409. A job that names inputs or outputs runs in a directory Corral makes under
+//! the binding's `work_dir`, held until its inputs are uploaded; its outputs are read from there
+//! once it ended (`corral_batch::staging`, as the binding's account).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use super::openapi::{ErrorResponse, Name};
+use super::openapi::{Binary, ErrorResponse, Name, SessionPath};
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -14,13 +18,16 @@ use corral_api::batch::{
     BatchConfig, BatchJob, ConfigChange, JobSpec, JobsQuery, Node, Rendered, SchedulerConfig,
     SignalBody, SubmitQuery, SubmittedJob,
 };
-use corral_batch::{check_job_id, check_signal, JobFilter};
+use corral_api::sessions::OutputFile;
+use corral_batch::{check_job_id, check_signal, staging, JobFilter};
+use corral_store::BatchJobRecord;
 
-use super::{find_group, Result};
+use super::{find_group, new_id, Result};
 use crate::auth::Caller;
-use crate::batch::job_key;
+use crate::batch::{job_key, Bound};
 use crate::error::ApiError;
 use crate::extract::{Body, Query};
+use crate::names::check_relative;
 use crate::{now, App};
 
 #[utoipa::path(
@@ -142,7 +149,7 @@ pub(super) async fn list_jobs(
         (owner, true) => owner.clone(),
         (_, false) => Some(caller.user.clone()),
     };
-    let system = app.batches.of(&app, &name).await?;
+    let bound = app.batches.of(&app, &name).await?;
     let owners: HashMap<String, String> = app
         .store
         .batch_jobs(&name, owner.as_deref())
@@ -154,13 +161,16 @@ pub(super) async fn list_jobs(
         state: q.state,
         name: q.name,
     };
-    let jobs = system.jobs(&filter).await?;
+    let jobs = bound.system.jobs(&filter).await?;
     let jobs = jobs
         .into_iter()
         .filter_map(|job| {
             let owner = owners.get(job_key(&job.id)).cloned();
-            (owner.is_some() || (caller.is_admin() && q.owner.is_none()))
-                .then_some(BatchJob { job, owner })
+            (owner.is_some() || (caller.is_admin() && q.owner.is_none())).then_some(BatchJob {
+                job,
+                owner,
+                missing_outputs: None,
+            })
         })
         .collect();
     Ok(Json(jobs))
@@ -195,24 +205,59 @@ pub(super) async fn submit_job(
     Body(spec): Body<JobSpec>,
 ) -> Result<Response> {
     find_group(&app, &name).await?;
+    let mut spec = spec;
     spec.check()?;
-    if let Some(field) = [("inputs", &spec.inputs), ("outputs", &spec.outputs)]
-        .into_iter()
-        .find_map(|(field, paths)| (!paths.is_empty()).then_some(field))
-    {
-        return Err(ApiError::invalid(
-            field,
-            "files staged and collected through the API are not available yet for batch jobs; give the job's paths in its directory",
-        ));
-    }
-    let system = app.batches.of(&app, &name).await?;
+    let bound = app.batches.of(&app, &name).await?;
+    let files = !spec.inputs.is_empty() || !spec.outputs.is_empty();
+    // A job with files gets a directory of Corral's making, under the binding's work_dir.
+    let directory = if files {
+        let Some(work_dir) = &bound.config.options.work_dir else {
+            let field = if spec.inputs.is_empty() {
+                "outputs"
+            } else {
+                "inputs"
+            };
+            return Err(ApiError::invalid(
+                field,
+                format!("group {name:?} stages no files: its batch binding has no work_dir"),
+            ));
+        };
+        if spec.directory.is_some() {
+            return Err(ApiError::invalid(
+                "directory",
+                "a job with inputs or outputs runs in a directory Corral makes; leave it out",
+            ));
+        }
+        let dir = format!(
+            "{}/{}/{}",
+            work_dir.trim_end_matches('/'),
+            caller.user,
+            new_id("job-")
+        );
+        spec.directory = Some(dir.clone());
+        Some(dir)
+    } else {
+        None
+    };
+    // Held until its inputs are uploaded; released by the last one unless its submitter held it.
+    let release_after_inputs = !spec.inputs.is_empty() && !spec.hold;
+    spec.hold |= !spec.inputs.is_empty();
     if q.dry_run {
-        return Ok(Json(system.render(&spec)?).into_response());
+        return Ok(Json(bound.system.render(&spec)?).into_response());
     }
-    let id = system.submit(&spec).await?;
-    app.store
-        .record_batch_job(&name, job_key(&id), &caller.user, now())
-        .await?;
+    if let Some(dir) = &directory {
+        staging::make_dir(&bound.config.commands(), dir).await?;
+    }
+    let id = bound.system.submit(&spec).await?;
+    let record = BatchJobRecord {
+        job_id: job_key(&id).to_string(),
+        owner: caller.user.clone(),
+        directory,
+        awaiting: spec.inputs.clone(),
+        outputs: spec.outputs.clone(),
+        release_after_inputs,
+    };
+    app.store.record_batch_job(&name, &record, now()).await?;
     Ok((StatusCode::CREATED, Json(SubmittedJob { id })).into_response())
 }
 
@@ -223,17 +268,15 @@ async fn own_job(
     caller: &Caller,
     group: &str,
     id: &str,
-) -> Result<(
-    std::sync::Arc<dyn corral_batch::BatchSystem>,
-    Option<String>,
-)> {
+) -> Result<(Arc<Bound>, Option<BatchJobRecord>)> {
     find_group(app, group).await?;
     check_job_id(id)?;
-    let owner = app.store.batch_job_owner(group, job_key(id)).await?;
-    if !caller.is_admin() && owner.as_deref() != Some(caller.user.as_str()) {
+    let record = app.store.batch_job(group, job_key(id)).await?;
+    let owner = record.as_ref().map(|r| r.owner.as_str());
+    if !caller.is_admin() && owner != Some(caller.user.as_str()) {
         return Err(ApiError::not_found("job", id));
     }
-    Ok((app.batches.of(app, group).await?, owner))
+    Ok((app.batches.of(app, group).await?, record))
 }
 
 #[utoipa::path(
@@ -258,9 +301,23 @@ pub(super) async fn get_job(
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Json<BatchJob>> {
-    let (system, owner) = own_job(&app, &caller, &name, &id).await?;
-    let job = system.job(&id).await?;
-    Ok(Json(BatchJob { job, owner }))
+    let (bound, record) = own_job(&app, &caller, &name, &id).await?;
+    let job = bound.system.job(&id).await?;
+    let missing_outputs = match &record {
+        Some(BatchJobRecord {
+            directory: Some(dir),
+            outputs,
+            ..
+        }) if job.state.is_final() && !outputs.is_empty() => {
+            Some(staging::missing(&bound.config.commands(), dir, outputs).await?)
+        }
+        _ => None,
+    };
+    Ok(Json(BatchJob {
+        job,
+        owner: record.map(|r| r.owner),
+        missing_outputs,
+    }))
 }
 
 #[utoipa::path(
@@ -286,8 +343,8 @@ pub(super) async fn cancel_job(
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    let (system, _) = own_job(&app, &caller, &name, &id).await?;
-    system.cancel(&id).await?;
+    let (bound, _) = own_job(&app, &caller, &name, &id).await?;
+    bound.system.cancel(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -314,8 +371,8 @@ pub(super) async fn hold_job(
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    let (system, _) = own_job(&app, &caller, &name, &id).await?;
-    system.hold(&id).await?;
+    let (bound, _) = own_job(&app, &caller, &name, &id).await?;
+    bound.system.hold(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -342,8 +399,8 @@ pub(super) async fn release_job(
     caller: Caller,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    let (system, _) = own_job(&app, &caller, &name, &id).await?;
-    system.release(&id).await?;
+    let (bound, _) = own_job(&app, &caller, &name, &id).await?;
+    bound.system.release(&id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -374,8 +431,8 @@ pub(super) async fn signal_job(
     Body(body): Body<SignalBody>,
 ) -> Result<StatusCode> {
     check_signal(&body.signal)?;
-    let (system, _) = own_job(&app, &caller, &name, &id).await?;
-    system.signal(&id, &body.signal).await?;
+    let (bound, _) = own_job(&app, &caller, &name, &id).await?;
+    bound.system.signal(&id, &body.signal).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -401,8 +458,8 @@ pub(super) async fn list_nodes(
     Path(name): Path<String>,
 ) -> Result<Json<Vec<Node>>> {
     find_group(&app, &name).await?;
-    let system = app.batches.of(&app, &name).await?;
-    Ok(Json(system.nodes().await?))
+    let bound = app.batches.of(&app, &name).await?;
+    Ok(Json(bound.system.nodes().await?))
 }
 
 #[utoipa::path(
@@ -427,8 +484,8 @@ pub(super) async fn get_config(
     Path(name): Path<String>,
 ) -> Result<Json<SchedulerConfig>> {
     find_group(&app, &name).await?;
-    let system = app.batches.of(&app, &name).await?;
-    Ok(Json(system.config().await?))
+    let bound = app.batches.of(&app, &name).await?;
+    Ok(Json(bound.system.config().await?))
 }
 
 #[utoipa::path(
@@ -459,7 +516,164 @@ pub(super) async fn patch_config(
 ) -> Result<Json<SchedulerConfig>> {
     caller.require_admin()?;
     find_group(&app, &name).await?;
-    let system = app.batches.of(&app, &name).await?;
-    system.apply(&change).await?;
-    Ok(Json(system.config().await?))
+    let bound = app.batches.of(&app, &name).await?;
+    bound.system.apply(&change).await?;
+    Ok(Json(bound.system.config().await?))
+}
+
+/// The job's directory, where Corral stages its files; 409 for a job that names none.
+fn directory_of<'a>(record: &'a Option<BatchJobRecord>, id: &str) -> Result<&'a BatchJobRecord> {
+    match record {
+        Some(r) if r.directory.is_some() => Ok(r),
+        _ => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "refused",
+            format!("job {id:?} was not submitted with inputs or outputs through Corral"),
+        )),
+    }
+}
+
+/// A user uploads an input their job names; the job is released once all are there.
+#[utoipa::path(
+    put,
+    path = "/api/v1/groups/{name}/batch/jobs/{id}/inputs/{path}",
+    summary = "Upload an input the job names (up to 256 MiB) into its directory; once all are there it is released, unless its submitter held it",
+    params(("name" = Name, Path, description = "the group"), ("id" = corral_batch::openapi::JobId, Path, description = "the scheduler's job id"), ("path" = inline(SessionPath), Path, description = "a relative path of normal parts (no '.', '..' or empty part)")),
+    request_body(content = inline(Binary), content_type = "application/octet-stream"),
+    responses(
+        (status = 204, description = "done"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 413, response = ErrorResponse),
+        (status = 422, response = ErrorResponse),
+        (status = 502, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
+        (status = 504, response = ErrorResponse),
+    )
+)]
+pub(super) async fn put_input(
+    State(app): State<App>,
+    caller: Caller,
+    Path((name, id, path)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Result<StatusCode> {
+    check_relative("path", &path)?;
+    let (bound, record) = own_job(&app, &caller, &name, &id).await?;
+    let record = directory_of(&record, &id)?;
+    if !record.awaiting.contains(&path) {
+        return Err(ApiError::invalid(
+            "path",
+            format!(
+                "job {id:?} awaits no input {path:?} (it awaits {:?})",
+                record.awaiting
+            ),
+        ));
+    }
+    let dir = record.directory.as_deref().unwrap_or_default();
+    staging::write(&bound.config.commands(), dir, &path, &body).await?;
+    let left = app
+        .store
+        .batch_input_received(&name, &record.job_id, &path)
+        .await?;
+    if left.is_some_and(|left| left.is_empty()) && record.release_after_inputs {
+        bound.system.release(&id).await?;
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The job's output files, once it has ended.
+async fn ended_job(
+    app: &App,
+    caller: &Caller,
+    group: &str,
+    id: &str,
+) -> Result<(Arc<Bound>, BatchJobRecord)> {
+    let (bound, record) = own_job(app, caller, group, id).await?;
+    let record = directory_of(&record, id)?.clone();
+    let job = bound.system.job(id).await?;
+    if !job.state.is_final() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "refused",
+            format!(
+                "job {id:?} is {}: its outputs are collected when it ends",
+                job.state.as_str()
+            ),
+        ));
+    }
+    Ok((bound, record))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/groups/{name}/batch/jobs/{id}/outputs",
+    summary = "The files of the outputs a job names, once it has ended (paths relative to its directory; links left out)",
+    params(("name" = Name, Path, description = "the group"), ("id" = corral_batch::openapi::JobId, Path, description = "the scheduler's job id")),
+    responses(
+        (status = 200, description = "success", body = Vec<OutputFile>),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 502, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
+        (status = 504, response = ErrorResponse),
+    )
+)]
+pub(super) async fn list_outputs(
+    State(app): State<App>,
+    caller: Caller,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Json<Vec<OutputFile>>> {
+    let (bound, record) = ended_job(&app, &caller, &name, &id).await?;
+    let dir = record.directory.as_deref().unwrap_or_default();
+    let files = staging::list(&bound.config.commands(), dir, &record.outputs).await?;
+    Ok(Json(
+        files
+            .into_iter()
+            .map(|(path, size)| OutputFile { path, size })
+            .collect(),
+    ))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/groups/{name}/batch/jobs/{id}/outputs/{path}",
+    summary = "One output file of a job that has ended: an output it names, or a file under one",
+    params(("name" = Name, Path, description = "the group"), ("id" = corral_batch::openapi::JobId, Path, description = "the scheduler's job id"), ("path" = inline(SessionPath), Path, description = "a relative path of normal parts (no '.', '..' or empty part)")),
+    responses(
+        (status = 200, description = "the bytes", body = inline(Binary), content_type = "application/octet-stream"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+        (status = 502, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
+        (status = 504, response = ErrorResponse),
+    )
+)]
+pub(super) async fn get_output(
+    State(app): State<App>,
+    caller: Caller,
+    Path((name, id, path)): Path<(String, String, String)>,
+) -> Result<Response> {
+    check_relative("path", &path)?;
+    let (bound, record) = ended_job(&app, &caller, &name, &id).await?;
+    let named = record
+        .outputs
+        .iter()
+        .any(|o| path == *o || path.starts_with(&format!("{o}/")));
+    if !named {
+        return Err(ApiError::not_found("output", &path));
+    }
+    let dir = record.directory.as_deref().unwrap_or_default();
+    match staging::read(&bound.config.commands(), dir, &path).await? {
+        Some(data) => Ok(([("content-type", "application/octet-stream")], data).into_response()),
+        None => Err(ApiError::not_found("output", &path)),
+    }
 }

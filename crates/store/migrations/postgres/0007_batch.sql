@@ -8,6 +8,13 @@ CREATE TABLE batch_jobs (
     job_id       TEXT NOT NULL,
     owner        TEXT NOT NULL,
     submitted_at BIGINT NOT NULL,
+    -- The directory Corral made for a job with files staged or collected (NULL: none), the
+    -- inputs not uploaded yet and the outputs named (JSON arrays), and whether the last input
+    -- releases it (it was held for them, not by its submitter).
+    directory    TEXT,
+    awaiting     TEXT NOT NULL DEFAULT '[]',
+    outputs      TEXT NOT NULL DEFAULT '[]',
+    release_after_inputs INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (group_name, job_id)
 );
 CREATE INDEX batch_jobs_owner ON batch_jobs (group_name, owner);
