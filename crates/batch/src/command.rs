@@ -58,6 +58,17 @@ impl Answer {
         };
         text.trim().to_string()
     }
+
+    /// Why an action on job `id` failed: the job is unknown when the complaint says one of
+    /// `unknown` (each scheduler words it its own way), else the scheduler refused, in its words.
+    pub fn refusal(&self, scheduler: &'static str, id: &str, unknown: &[&str]) -> BatchError {
+        let message = self.complaint();
+        if unknown.iter().any(|u| message.contains(u)) {
+            BatchError::NoSuchJob { id: id.into() }
+        } else {
+            BatchError::Refused { scheduler, message }
+        }
+    }
 }
 
 impl Commands {

@@ -102,14 +102,7 @@ impl GridEngine {
         if answer.ok() {
             return Ok(());
         }
-        let message = answer.complaint();
-        if message.contains("does not exist") {
-            return Err(BatchError::NoSuchJob { id: id.into() });
-        }
-        Err(BatchError::Refused {
-            scheduler: NAME,
-            message,
-        })
+        Err(answer.refusal(NAME, id, &["does not exist"]))
     }
 
     /// An operator's change: as the manager's own account, not the jobs'.

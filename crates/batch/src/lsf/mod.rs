@@ -69,20 +69,15 @@ impl Lsf {
         check_job_id(id)?;
         words.push(id.to_string());
         let answer = self.commands.run(program, &words, None).await?;
-        let message = answer.complaint();
         // "Job <9>: No matching job found"
-        if message.contains("No matching job") || message.contains("is not found") {
-            return Err(BatchError::NoSuchJob { id: id.into() });
-        }
+        let unknown = ["No matching job", "is not found"];
         // "Job <12>: Job has already finished" may come with success's exit status.
         let finished = format!("{}{}", answer.stdout, answer.stderr).contains("already finished");
-        if answer.ok() && !finished {
+        let known = !unknown.iter().any(|u| answer.complaint().contains(u));
+        if answer.ok() && !finished && known {
             return Ok(());
         }
-        Err(BatchError::Refused {
-            scheduler: NAME,
-            message,
-        })
+        Err(answer.refusal(NAME, id, &unknown))
     }
 
     /// An operator's change: as the manager's own account, not the jobs'.

@@ -112,15 +112,8 @@ impl Pbs {
         if answer.ok() {
             return Ok(());
         }
-        let message = answer.complaint();
         // PBS Pro: "qdel: Unknown Job Id 9.pbs1"; Torque: "... Unknown Job Id Error 9.t1".
-        if message.contains("Unknown Job Id") {
-            return Err(BatchError::NoSuchJob { id: id.into() });
-        }
-        Err(BatchError::Refused {
-            scheduler: NAME,
-            message,
-        })
+        Err(answer.refusal(NAME, id, &["Unknown Job Id"]))
     }
 }
 

@@ -90,14 +90,7 @@ fn check(answer: crate::Answer, id: &str) -> Result<(), BatchError> {
     if answer.ok() && !answer.stderr.contains("error:") {
         return Ok(());
     }
-    let message = answer.complaint();
-    if message.contains("Invalid job id") {
-        return Err(BatchError::NoSuchJob { id: id.into() });
-    }
-    Err(BatchError::Refused {
-        scheduler: NAME,
-        message,
-    })
+    Err(answer.refusal(NAME, id, &["Invalid job id"]))
 }
 
 #[async_trait]
