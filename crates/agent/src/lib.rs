@@ -58,6 +58,10 @@ pub struct Config {
     pub stop_grace: Duration,
     /// PEM certificates trusted for an `https://` manager, besides the system's roots.
     pub ca_file: Option<PathBuf>,
+    /// Once this long has passed since the agent started, every sync asks to take nothing new
+    /// (`draining`), so that a pilot job ends empty before the batch system kills it at its
+    /// walltime. `None`: never.
+    pub drain_after: Option<Duration>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -149,6 +153,11 @@ pub async fn run(
 
 async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     let config = &agent.config;
+    // Counted from the start, not the join: the walltime runs from the start too. A time too far
+    // to represent is never.
+    let drain_at = config
+        .drain_after
+        .and_then(|d| tokio::time::Instant::now().checked_add(d));
     let capacity = match config.capacity.clone() {
         Some(c) => c,
         // Detection reads /proc and may run nvidia-smi: off the async threads.
@@ -237,6 +246,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 .collect();
             let finished: Vec<SessionReport> = lock(&agent.ended.reports).clone();
             sessions.extend(finished.iter().cloned());
+            let draining = drain_at.is_some_and(|at| tokio::time::Instant::now() >= at);
             let request = SyncRequest {
                 sessions,
                 wait_secs: if finished.is_empty() {
@@ -244,11 +254,20 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 } else {
                     0
                 },
+                draining,
+            };
+            let drain_due = async {
+                match drain_at {
+                    Some(at) if !draining => tokio::time::sleep_until(at).await,
+                    _ => std::future::pending().await,
+                }
             };
             let answer = tokio::select! {
                 a = as_agent.sync(&config.id, &request) => a,
                 // Something ended while the sync waited: report it now.
                 () = bell => continue,
+                // Time to drain while the sync waited: say so now, not a heartbeat later.
+                () = drain_due => continue,
             };
             match answer {
                 Ok(resp) => {

@@ -13,6 +13,10 @@ pub const ENV_GROUP: &str = "CORRAL_AGENT_GROUP";
 pub const ENV_ID: &str = "CORRAL_AGENT_ID";
 /// The template's slots, which the agent offers instead of what it detects.
 pub const ENV_CAPACITY: &str = "CORRAL_AGENT_CAPACITY";
+/// Seconds from the agent's start after which it takes nothing new (`corral agent --drain-after`),
+/// for an agent whose end is known: a pilot job's walltime. Not in [`AGENT_ENV`]: an operator
+/// may set it.
+pub const ENV_DRAIN_AFTER: &str = "CORRAL_AGENT_DRAIN_AFTER";
 /// The variables a provider sets itself, which operators' extra variables may not replace.
 pub const AGENT_ENV: [&str; 5] = [ENV_SERVER, ENV_TOKEN, ENV_GROUP, ENV_ID, ENV_CAPACITY];
 

@@ -44,6 +44,12 @@ pub struct SyncRequest {
     /// Hold the answer up to this long while there is nothing to do (long poll).
     #[serde(default)]
     pub wait_secs: u64,
+    /// The agent asks to take nothing new: it is about to go (e.g. its pilot job nears its
+    /// walltime). The manager marks it by hand, so no policy unmarks it; what it runs goes on,
+    /// and once empty the `demand` policy lets it go as any marked agent. There is no asking
+    /// back.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -124,6 +124,7 @@ async fn start_latency(count: usize) -> Result<()> {
         nvidia_smi: "nvidia-smi".into(),
         stop_grace: Duration::from_secs(1),
         ca_file: None,
+        drain_after: None,
     };
     let runtime =
         corral_runtime::Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()));
@@ -341,6 +342,7 @@ async fn sim_agent(client: Client, id: String, stats: Arc<SimStats>) {
     let body = SyncRequest {
         sessions: Vec::new(),
         wait_secs: HEARTBEAT.as_secs(),
+        draining: false,
     };
     let mut last: Option<Instant> = None;
     loop {

@@ -60,6 +60,12 @@ pub struct AgentArgs {
     /// bootstrap token there).
     #[arg(long, value_name = "PATH", default_value = "/etc/podinfo/annotations")]
     pub pod_annotations: PathBuf,
+    /// Once SECS seconds have passed since it started, the agent takes nothing new: the manager
+    /// marks it, what runs goes on, and once empty the `demand` policy lets it go. For an agent
+    /// in a batch job (a pilot job): its walltime less the longest session, so that it ends
+    /// empty before the batch system kills it.
+    #[arg(long, env = corral_api::identity::ENV_DRAIN_AFTER, value_name = "SECS")]
+    pub drain_after: Option<u64>,
     /// The instance metadata service (IMDSv2).
     #[arg(
         long,
@@ -165,6 +171,7 @@ pub fn run_agent(
         nvidia_smi: args.nvidia_smi,
         stop_grace: Duration::from_secs(10),
         ca_file: resolved.ca_file,
+        drain_after: args.drain_after.map(Duration::from_secs),
     };
     crate::init_logs();
     rt.block_on(async {
@@ -253,6 +260,7 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             nvidia_smi: "nvidia-smi".into(),
             stop_grace: Duration::from_secs(10),
             ca_file: None,
+            drain_after: None,
         };
         let runtime = runtime_of(args.runtime, "dev-agent").await?;
         let mut agent = tokio::spawn(corral_agent::run(agent, runtime, std::future::pending()));

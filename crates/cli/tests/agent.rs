@@ -564,3 +564,46 @@ fn an_agent_whose_id_cannot_be_a_path_is_refused_once_and_stops() {
         "nothing joined: {events}"
     );
 }
+
+/// A pilot job's agent: past `--drain-after` its syncs ask to take nothing new, so the manager
+/// marks it (once) and places nothing on it; an agent whose time has not come
+/// (`CORRAL_AGENT_DRAIN_AFTER`) goes on taking sessions.
+#[test]
+fn an_agent_past_its_drain_after_is_marked_and_takes_nothing_new() {
+    let c = Cluster::start(10);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let mut pilot = c.agent_command("p1", "g", "cpu=1");
+    pilot.args(["--drain-after", "0"]);
+    let _pilot = Proc(pilot.spawn().unwrap());
+    let agent = |id: &str| {
+        let list = c.json(&["agent", "ls", "-o", "json"]);
+        list.as_array()
+            .and_then(|l| l.iter().find(|a| a["id"] == id).cloned())
+            .unwrap_or_default()
+    };
+    c.until("p1 joins and drains itself", || {
+        let p1 = agent("p1");
+        (p1["state"] == "marked").then_some(())
+    });
+    assert_eq!(agent("p1")["drained_by_hand"], true);
+
+    let mut later = c.agent_command("a2", "g", "cpu=1");
+    later.env("CORRAL_AGENT_DRAIN_AFTER", "3600");
+    let _later = c.agent_from("a2", later);
+    let id = c.submit(&["--group", "g", "--request", "cpu=1", "--", "echo", "hi"]);
+    c.until("the session runs on a2", || {
+        (c.listed(&id)["state"] == "succeeded").then_some(())
+    });
+    assert_eq!(c.listed(&id)["agent"], "a2");
+    // a2 reported the session running and ended: syncs before its time ask for nothing.
+    assert_eq!(agent("a2")["state"], "alive");
+    assert_eq!(agent("p1")["state"], "marked");
+    let events = c.json(&["events", "--agent", "p1", "-o", "json"]);
+    let drains: Vec<_> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "drain")
+        .collect();
+    assert_eq!(drains.len(), 1, "one event however many syncs: {events}");
+}

@@ -2,7 +2,7 @@
 //! `.ci/gridengine.sh`): binding a group (admins only; Slurm's jobs run as an account that
 //! cannot read the manager's data), nodes, the configuration and a drain,
 //! jobs through to done and failed with their exit codes, each user seeing and acting on their
-//! own jobs only, hold and release, cancel, an array, a dependency, a dry run, and a request
+//! own jobs only, hold and release, cancel, a signal, an array, a dependency, a dry run, and a request
 //! the scheduler can never satisfy refused at submit with its reason. Without the schedulers
 //! the tests are skipped (and fail under `CI=true`).
 
@@ -318,6 +318,35 @@ fn slurm_through_the_cli_each_user_sees_and_acts_on_their_own_jobs() {
     job_until(&c, &alice, &sleeper, "running", state_is("running"));
     assert!(ok(batch(&c, &alice, "cancel", &[&sleeper])).contains("cancelled"));
     job_until(&c, &alice, &sleeper, "cancelled", state_is("cancelled"));
+
+    // A signal: the job's trap ends it well; another user cannot signal it.
+    let trapper = submitted(batch(
+        &c,
+        &alice,
+        "submit",
+        &[
+            "--directory",
+            dir,
+            "--",
+            "/bin/sh",
+            "-c",
+            "trap 'echo got USR1 > signalled.txt; exit 0' USR1; touch ready; while :; do sleep 1; done",
+        ],
+    ));
+    c.until_for(90, "the trap to be set", || {
+        work.path().join("ready").exists().then_some(())
+    });
+    assert!(fails(batch(&c, &bob, "signal", &[&trapper, "USR1"])).contains("not found"));
+    assert!(fails(batch(&c, &alice, "signal", &[&trapper, "SIGNOPE"])).contains("signal"));
+    assert_eq!(
+        ok(batch(&c, &alice, "signal", &[&trapper, "SIGUSR1"])).trim(),
+        format!("sent SIGUSR1 to job {trapper}")
+    );
+    job_until(&c, &alice, &trapper, "done", state_is("done"));
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("signalled.txt")).unwrap(),
+        "got USR1\n"
+    );
 
     // A dependency: the second waits for the first to end well, then runs.
     let first = submitted(batch(

@@ -308,7 +308,8 @@ pub struct Agent {
     /// Joined by itself with its own key: the provider cannot terminate it.
     #[serde(default)]
     pub external: bool,
-    /// Marked by an operator (drain): the policy never unmarks it.
+    /// Marked by an operator (drain) or by the agent itself (a sync with `draining`): the policy
+    /// never unmarks it.
     #[serde(default)]
     pub drained_by_hand: bool,
     /// When it last became idle (nothing allocated); `None` while busy.

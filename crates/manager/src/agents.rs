@@ -223,9 +223,12 @@ async fn sync(
                 .get_agent(&id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("agent", &id))?;
-            app.store
-                .set_agent_state(&id, AgentState::Alive, false, now)
-                .await?;
+            // One back and draining goes straight to marked (below), never alive meanwhile.
+            if !req.draining {
+                app.store
+                    .set_agent_state(&id, AgentState::Alive, false, now)
+                    .await?;
+            }
             let message = format!("agent {id} is back");
             app.store
                 .record_event(&NewEvent {
@@ -240,6 +243,14 @@ async fn sync(
             app.control.wake(&agent.group);
         }
         AgentState::Alive | AgentState::Marked => {}
+    }
+    if req.draining {
+        // Marked by hand, so the policy never unmarks it; once empty it is let go. Only a
+        // change records an event, so every later draining sync is a no-op.
+        if let Some(group) = app.store.drain_agent(&id, now).await? {
+            tracing::info!(agent = id, group, "the agent drains itself");
+            app.control.wake(&group);
+        }
     }
 
     let mut stop = Vec::new();

@@ -487,6 +487,114 @@ on_both!(
     }
 );
 
+/// The agent's events of `kind`.
+async fn agent_events(m: &Manager, agent: &str, kind: &str) -> Vec<Value> {
+    let events = m.get(&format!("/api/v1/events?agent={agent}")).await.body;
+    events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == kind)
+        .cloned()
+        .collect()
+}
+
+/// A sync of agent `id` (with the admin token, which may act as any agent).
+async fn sync(m: &Manager, id: &str, body: &str) {
+    let r = m.post(&format!("/api/v1/agents/{id}/sync"), body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+}
+
+on_both!(
+    an_agent_that_drains_itself_is_marked_once_and_gets_nothing_new,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        for id in ["a2", "a3"] {
+            let body =
+                format!(r#"{{"id": "{id}", "group": "gpu", "capacity": "cpu=8,gpu=2,mem=32GiB"}}"#);
+            assert_eq!(
+                m.post("/api/v1/agents", &body).await.status,
+                StatusCode::CREATED
+            );
+        }
+        // a3 missed its heartbeats; it comes back draining.
+        m.store
+            .lose_agent("a3", true, corral_manager::now())
+            .await
+            .unwrap();
+
+        sync(&m, "a1", r#"{"sessions": [], "draining": true}"#).await;
+        let a1 = m.get("/api/v1/agents/a1").await.body;
+        assert_eq!(
+            (&a1["state"], &a1["drained_by_hand"]),
+            (&"marked".into(), &true.into())
+        );
+        let drains = agent_events(&m, "a1", "drain").await;
+        assert_eq!(drains.len(), 1, "{drains:?}");
+        assert_eq!(
+            drains[0]["message"],
+            "agent a1 drains itself: it is about to go"
+        );
+        assert_eq!(drains[0]["group"], "gpu");
+
+        sync(&m, "a3", r#"{"draining": true}"#).await;
+        assert_eq!(
+            m.get("/api/v1/agents/a3").await.body["state"],
+            "marked",
+            "a lost agent back draining is marked, not alive"
+        );
+        assert_eq!(agent_events(&m, "a3", "back").await.len(), 1);
+        assert_eq!(agent_events(&m, "a3", "drain").await.len(), 1);
+
+        // Asking again, or no longer asking, changes nothing and records nothing.
+        sync(&m, "a1", r#"{"draining": true}"#).await;
+        sync(&m, "a1", r#"{"sessions": []}"#).await;
+        assert_eq!(m.get("/api/v1/agents/a1").await.body["state"], "marked");
+        assert_eq!(agent_events(&m, "a1", "drain").await.len(), 1);
+
+        // Sessions submitted afterwards go to a2 only: once it is full, they wait.
+        let (status, body) = submit(&m, &m.admin, "gpu=2").await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let first = body["id"].as_str().unwrap().to_string();
+        assert_eq!(
+            m.wait_session(&first, |s| s["state"] == "scheduled").await["agent"],
+            "a2"
+        );
+        let (status, body) = submit(&m, &m.admin, "gpu=1").await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let second = body["id"].as_str().unwrap().to_string();
+        let waiting = m
+            .wait_session(&second, |s| !s["wait_reason"].is_null())
+            .await;
+        assert_eq!(
+            (&waiting["state"], &waiting["agent"]),
+            (&"pending".into(), &Value::Null),
+            "nothing lands on an agent that drains itself: {waiting}"
+        );
+    }
+);
+
+on_both!(
+    an_agent_that_drains_itself_is_terminated_once_empty_under_demand,
+    |m: Manager| async move {
+        let group = r#"{"name": "auto", "policy": {"kind": "demand", "min_nodes": 0}}"#;
+        assert_eq!(
+            m.post("/api/v1/groups", group).await.status,
+            StatusCode::CREATED
+        );
+        let agent = r#"{"id": "d1", "group": "auto", "capacity": "cpu=4"}"#;
+        assert_eq!(
+            m.post("/api/v1/agents", agent).await.status,
+            StatusCode::CREATED
+        );
+        sync(&m, "d1", r#"{"draining": true}"#).await;
+        // The only agent of the group: the termination is its.
+        wait_event(&m, "auto", "terminate", "marked and empty").await;
+        assert_eq!(m.get("/api/v1/agents/d1").await.body["state"], "terminated");
+        assert_eq!(agent_events(&m, "d1", "drain").await.len(), 1);
+    }
+);
+
 on_both!(state_survives_a_restart, |m: Manager| async move {
     group_with_agent(&m).await;
     let (_, body) = submit(&m, &m.admin, "cpu=1").await;

@@ -346,10 +346,7 @@ impl Provider for DockerProvider {
 
     async fn terminate(&self, ids: &[String]) -> Result<(), ProviderError> {
         let docker = self.docker().await?;
-        let results =
-            futures_util::future::join_all(ids.iter().map(|id| self.terminate_one(&docker, id)))
-                .await;
-        results.into_iter().collect()
+        local::terminate_each(ids, |id| self.terminate_one(&docker, id)).await
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {

@@ -2,7 +2,7 @@
 //! launch; a provider knows how: it launches instances of a template, terminates them, and lists
 //! those it runs for a group. Every instance it launches receives a one-time bootstrap token and
 //! its group through the vendor's own channel (arguments locally, user data and tags on AWS,
-//! labels and environment on Kubernetes), and joins the manager as an agent whose id the manager
+//! labels and environment on Kubernetes, a file only the job's account reads for batch pilots), and joins the manager as an agent whose id the manager
 //! chose before launching.
 //!
 //! The manager never calls a provider from the pure core: failures are classified here
@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod batch;
 pub mod docker;
 pub mod exec;
 #[cfg(feature = "kubernetes")]
@@ -191,6 +192,7 @@ enum Options {
     Process(process::Options),
     Docker(docker::Options),
     Exec(exec::Options),
+    Batch(batch::Options),
     #[cfg(feature = "aws")]
     Aws(aws::Options),
     #[cfg(feature = "kubernetes")]
@@ -208,6 +210,11 @@ fn read_options(
         "process" => Options::Process(parse(options)?),
         "docker" => Options::Docker(parse(options)?),
         "exec" => Options::Exec(parse(options)?),
+        "batch" => {
+            let o: batch::Options = parse(options)?;
+            o.check()?;
+            Options::Batch(o)
+        }
         #[cfg(feature = "aws")]
         "aws" => {
             let o: aws::Options = parse(options)?;
@@ -245,6 +252,7 @@ pub async fn connect(
         Options::Process(o) => Box::new(process::connect(o, context).await?),
         Options::Docker(o) => Box::new(docker::connect(o, context).await?),
         Options::Exec(o) => Box::new(exec::connect(o, context).await?),
+        Options::Batch(o) => Box::new(batch::connect(o, context).await?),
         #[cfg(feature = "aws")]
         Options::Aws(o) => Box::new(aws::connect(o, context).await?),
         #[cfg(feature = "kubernetes")]

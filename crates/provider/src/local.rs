@@ -170,6 +170,20 @@ where
     Ok(launched)
 }
 
+/// Terminates every id at once (so that grace periods and scheduler calls overlap); the first
+/// failure, if any, after all were tried.
+pub(crate) async fn terminate_each<'a, F, Fut>(
+    ids: &'a [String],
+    terminate_one: F,
+) -> Result<(), ProviderError>
+where
+    F: FnMut(&'a String) -> Fut,
+    Fut: Future<Output = Result<(), ProviderError>>,
+{
+    let results = futures_util::future::join_all(ids.iter().map(terminate_one)).await;
+    results.into_iter().collect()
+}
+
 // What /proc says of processes: the runtime crate reads it for sessions, the same way.
 pub(crate) use corral_runtime::procfs::{
     is_same_live_process, session_groups, signal_group, stat as proc_stat,

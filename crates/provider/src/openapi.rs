@@ -33,6 +33,7 @@ pub fn options_schemas() -> Vec<OptionsSchema> {
         refined::<crate::process::Options>("process", process()),
         refined::<crate::docker::Options>("docker", docker()),
         refined::<crate::exec::Options>("exec", exec()),
+        refined::<crate::batch::Options>("batch", batch()),
     ];
     #[cfg(feature = "aws")]
     all.push(refined::<crate::aws::Options>("aws", aws()));
@@ -140,6 +141,14 @@ fn exec() -> Value {
         "env": env_map(),
         "secret_env": env_map(),
         "timeout_secs": {"type": "integer", "minimum": 1, "maximum": crate::exec::MAX_TIMEOUT_SECS},
+    }})
+}
+
+fn batch() -> Value {
+    json!({"properties": {
+        "binary": or_null(json!({"type": "string", "pattern": "^/"})),
+        "extra_args": {"type": "array", "items": no_nul()},
+        "walltime_secs": or_null(json!({"type": "integer", "minimum": 1})),
     }})
 }
 
@@ -311,7 +320,7 @@ mod tests {
             .filter(|s| s.required)
             .map(|s| s.provider)
             .collect();
-        assert_eq!(required, ["exec", "aws", "kubernetes"]);
+        assert_eq!(required, ["exec", "batch", "aws", "kubernetes"]);
     }
 
     #[test]

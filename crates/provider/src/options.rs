@@ -16,6 +16,8 @@ pub(crate) const PROVIDERS: &[(&str, &[&str])] = &[
     ("kubernetes", &["token"]),
     // A plugin's `secret_env` holds what it needs to reach its vendor.
     ("exec", &["secret_env"]),
+    // Pilot jobs: the batch system's commands act as a Unix account; no option is a secret.
+    ("batch", &[]),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -328,10 +328,7 @@ impl Provider for ProcessProvider {
     }
 
     async fn terminate(&self, ids: &[String]) -> Result<(), ProviderError> {
-        // All at once, so that the grace periods overlap.
-        let results =
-            futures_util::future::join_all(ids.iter().map(|id| self.terminate_one(id))).await;
-        results.into_iter().collect()
+        local::terminate_each(ids, |id| self.terminate_one(id)).await
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {

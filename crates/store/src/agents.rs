@@ -198,6 +198,42 @@ impl Store {
             .collect()
     }
 
+    /// The agent asks to take nothing new, as it is about to go: marks it by hand (so no policy
+    /// unmarks it) and records a `drain` event, in one transaction. Alive, lost (back, and
+    /// draining: straight to marked, so nothing is placed on it meanwhile) and marked by the
+    /// policy agents change; one already marked by hand, terminated or unknown is left as it
+    /// is, so asking again records nothing. Returns its group if it changed.
+    pub async fn drain_agent(&self, id: &str, now: Timestamp) -> Result<Option<String>> {
+        let mut tx = self.write_tx().await?;
+        // One conditional update: two syncs at once cannot both record the event.
+        let row = sqlx::query(
+            "UPDATE agents SET state = 'marked', drained_by_hand = $2 \
+             WHERE id = $1 AND (state IN ('alive', 'lost') \
+                 OR (state = 'marked' AND drained_by_hand = $3)) \
+             RETURNING group_name",
+        )
+        .bind(id)
+        .bind(true)
+        .bind(false)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let group = Fields::new(&row, "agent", "group_name")?.text("group_name")?;
+        let event = NewEvent {
+            at: now,
+            group: Some(group.clone()),
+            session: None,
+            agent: Some(id.to_string()),
+            kind: "drain".into(),
+            message: format!("agent {id} drains itself: it is about to go"),
+        };
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok(Some(group))
+    }
+
     /// The agent missed its heartbeats: marks it lost and, in the same transaction, puts the
     /// sessions it held back in the queue (`requeue`) or fails them, freeing what they held.
     /// Returns the sessions it held; empty if it was not alive or marked.

@@ -3,6 +3,9 @@
 
 use corral_core::Timestamp;
 
+use sqlx::Row;
+
+use crate::codec::{Arg, Where};
 use crate::{locked, Result, Store, StoreError};
 
 impl Store {
@@ -63,22 +66,36 @@ impl Store {
         Ok(())
     }
 
-    /// Every job Corral submitted to the group's batch system, with its owner: `(job id, owner)`,
-    /// of `owner` only when given.
-    pub async fn batch_jobs(
+    /// Of the jobs `job_ids`, those Corral submitted to the group's batch system, with their
+    /// owners: `(job id, owner)`, of `owner` only when given. Looked up by id, so a listing costs
+    /// what the scheduler lists, not every job ever submitted.
+    pub async fn batch_owners(
         &self,
         group: &str,
+        job_ids: &[String],
         owner: Option<&str>,
     ) -> Result<Vec<(String, String)>> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT job_id, owner FROM batch_jobs \
-             WHERE group_name = $1 AND ($2 IS NULL OR owner = $2) ORDER BY submitted_at, job_id",
-        )
-        .bind(group)
-        .bind(owner)
-        .fetch_all(&self.read)
-        .await?;
-        Ok(rows)
+        // Well under SQLite's limit of bound values per statement.
+        const CHUNK: usize = 500;
+        let mut owners = Vec::new();
+        for ids in job_ids.chunks(CHUNK) {
+            let mut w = Where::default();
+            w.and("group_name = ?", [Arg::Text(group.to_string())]);
+            let marks = vec!["?"; ids.len()].join(", ");
+            w.and(
+                &format!("job_id IN ({marks})"),
+                ids.iter().map(|id| Arg::Text(id.clone())),
+            );
+            if let Some(owner) = owner {
+                w.and("owner = ?", [Arg::Text(owner.to_string())]);
+            }
+            let sql = format!("SELECT job_id, owner FROM batch_jobs{}", w.sql());
+            for row in w.query(sql).fetch_all(&self.read).await? {
+                owners.push((row.try_get(0)?, row.try_get(1)?));
+            }
+        }
+        owners.sort();
+        Ok(owners)
     }
 
     /// The record of job `job_id`, if Corral submitted it.

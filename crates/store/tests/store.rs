@@ -1321,11 +1321,26 @@ on_both!(batch_bindings_and_owners_are_kept_per_group, |db| {
         .record_batch_job("h", &job("12", "bob"), t(3))
         .await
         .unwrap();
+    let ids = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let listed = ids(&["11", "12", "13"]);
     assert_eq!(
-        store.batch_jobs("g", Some("alice")).await.unwrap(),
+        store
+            .batch_owners("g", &listed, Some("alice"))
+            .await
+            .unwrap(),
         vec![("12".to_string(), "alice".to_string())]
     );
-    assert_eq!(store.batch_jobs("g", None).await.unwrap().len(), 2);
+    assert_eq!(
+        store.batch_owners("g", &listed, None).await.unwrap(),
+        vec![
+            ("12".to_string(), "alice".to_string()),
+            ("13".to_string(), "bob".to_string())
+        ]
+    );
+    // Only the ids asked for, however many there are.
+    assert!(store.batch_owners("g", &[], None).await.unwrap().is_empty());
+    let many: Vec<String> = (0..1200).map(|i| i.to_string()).collect();
+    assert_eq!(store.batch_owners("g", &many, None).await.unwrap().len(), 2);
     assert_eq!(
         store.batch_job("h", "12").await.unwrap(),
         Some(job("12", "bob"))
@@ -1335,10 +1350,17 @@ on_both!(batch_bindings_and_owners_are_kept_per_group, |db| {
     store.delete_group("g").await.unwrap();
     store.create_group(&group("g"), t(5)).await.unwrap();
     assert!(
-        store.batch_jobs("g", None).await.unwrap().is_empty(),
+        store
+            .batch_owners("g", &listed, None)
+            .await
+            .unwrap()
+            .is_empty(),
         "forgotten with the group"
     );
-    assert_eq!(store.batch_jobs("h", None).await.unwrap().len(), 1);
+    assert_eq!(
+        store.batch_owners("h", &listed, None).await.unwrap().len(),
+        1
+    );
 });
 
 on_both!(a_batch_jobs_inputs_are_awaited_one_by_one, |db| {

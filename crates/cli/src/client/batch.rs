@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use corral_api::batch::{
     BatchConfig, BatchJob, BatchOptions, ConfigChange, JobSpec, Node, QueueState, Rendered,
-    SchedulerConfig, SubmittedJob, SystemName,
+    SchedulerConfig, SignalBody, SubmittedJob, SystemName,
 };
 
 use super::http::{json as body_of, parse, Api};
@@ -224,6 +224,16 @@ pub enum Command {
         #[command(flatten)]
         group: Group,
         id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Send a signal to a running job's processes.
+    Signal {
+        #[command(flatten)]
+        group: Group,
+        id: String,
+        /// TERM, USR1, KILL... (with or without SIG).
+        signal: String,
         #[command(flatten)]
         out: Out,
     },
@@ -481,6 +491,26 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         Command::Hold { group, id, out } => act(api, group, &id, "hold", "held", out).await?,
         Command::Release { group, id, out } => {
             act(api, group, &id, "release", "released", out).await?
+        }
+        Command::Signal {
+            group,
+            id,
+            signal,
+            out,
+        } => {
+            let group = group.name()?;
+            let body = body_of(&SignalBody {
+                signal: signal.clone(),
+            })?;
+            let reply = api
+                .post(
+                    &["groups", &group, "batch", "jobs", &id, "signal"],
+                    Some(&body),
+                )
+                .await?;
+            if !render::json(out.output, &reply) {
+                println!("sent {signal} to job {id}");
+            }
         }
         Command::Nodes { group, out } => {
             let group = group.name()?;

@@ -125,7 +125,7 @@ pub enum Command {
         /// A provider as JSON ({"name", "options", "launch"}); `-` reads standard input.
         #[arg(long, value_name = "PROVIDER.json")]
         file: Option<PathBuf>,
-        /// The provider: static, process, docker, aws, kubernetes or exec.
+        /// The provider: static, process, docker, aws, kubernetes, exec or batch.
         #[arg(long = "provider", value_name = "NAME")]
         provider: Option<String>,
         /// A provider option, KEY=VALUE (VALUE is read as JSON when it parses, else as text);

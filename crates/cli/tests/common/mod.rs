@@ -184,9 +184,10 @@ impl Cluster {
         serde_json::from_slice(&self.cli(args).stdout).unwrap_or_default()
     }
 
-    /// Starts `corral agent` for `group` and waits until it has joined.
-    pub fn agent(&self, id: &str, group: &str, capacity: &str) -> Proc {
-        let child = Command::new(CORRAL)
+    /// `corral agent` for `group`, joining this cluster's manager, for a test to add to.
+    pub fn agent_command(&self, id: &str, group: &str, capacity: &str) -> Command {
+        let mut command = Command::new(CORRAL);
+        command
             .args([
                 "agent",
                 "--group",
@@ -201,10 +202,18 @@ impl Cluster {
             .env("CORRAL_SERVER", self.url())
             .env("CORRAL_TOKEN", &self.token)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let agent = Proc(child);
+            .stderr(Stdio::null());
+        command
+    }
+
+    /// Starts `corral agent` for `group` and waits until it has joined.
+    pub fn agent(&self, id: &str, group: &str, capacity: &str) -> Proc {
+        self.agent_from(id, self.agent_command(id, group, capacity))
+    }
+
+    /// Starts agent `id` from `command` and waits until it has joined.
+    pub fn agent_from(&self, id: &str, mut command: Command) -> Proc {
+        let agent = Proc(command.spawn().unwrap());
         self.until(&format!("agent {id} joins"), || {
             let agents = self.json(&["agent", "ls", "-o", "json"]);
             agents

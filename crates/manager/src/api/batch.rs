@@ -150,18 +150,21 @@ pub(super) async fn list_jobs(
         (_, false) => Some(caller.user.clone()),
     };
     let bound = app.batches.of(&app, &name).await?;
-    let owners: HashMap<String, String> = app
-        .store
-        .batch_jobs(&name, owner.as_deref())
-        .await?
-        .into_iter()
-        .collect();
     let filter = JobFilter {
         user: q.user,
         state: q.state,
         name: q.name,
     };
     let jobs = bound.system.jobs(&filter).await?;
+    let mut keys: Vec<String> = jobs.iter().map(|j| job_key(&j.id).to_string()).collect();
+    keys.sort();
+    keys.dedup();
+    let owners: HashMap<String, String> = app
+        .store
+        .batch_owners(&name, &keys, owner.as_deref())
+        .await?
+        .into_iter()
+        .collect();
     let jobs = jobs
         .into_iter()
         .filter_map(|job| {
