@@ -15,6 +15,7 @@
 //!   `bhosts -o ... -json`, `bqueues`, `bparams` and `badmin`.
 //! - `pbs`: PBS Pro / OpenPBS (`qstat -F json`) and Torque (`qstat -x`, XML) through `qsub`,
 //!   `qstat`, `qdel`, `qhold`, `qrls`, `qsig`, `pbsnodes` and `qmgr`.
+//! - `session`: a session of a batch-backed group as a job, and its job's state as the session's.
 //! - `staging`: a job's files in its directory, as the binding's account.
 //! - `slurm`: Slurm through its command-line tools (`sbatch`, `squeue --json`, `scontrol`,
 //!   `sinfo --json`, `scancel`, `sacct`).
@@ -34,6 +35,7 @@ pub mod lsf;
 pub mod openapi;
 #[cfg(feature = "adaptors")]
 pub mod pbs;
+pub mod session;
 #[cfg(feature = "adaptors")]
 pub mod slurm;
 mod spec;

@@ -315,6 +315,25 @@ impl JobSpec {
 }
 
 impl Resources {
+    /// One node and one task with `slots`' CPUs and GPUs (whole, rounded up) and memory: what a
+    /// pilot of a template, or a session of that request, asks of the scheduler.
+    pub fn for_slots(slots: &corral_core::Slots) -> Resources {
+        let whole = |name: &str| -> Option<u32> {
+            let milli = slots.get(name).milli();
+            (milli > 0).then(|| u32::try_from(milli.div_ceil(1000)).unwrap_or(u32::MAX))
+        };
+        // Amounts are kept in thousandths; memory's unit is the byte.
+        let memory = slots.get("mem").milli() / 1000;
+        Resources {
+            nodes: Some(1),
+            tasks: Some(1),
+            cpus_per_task: whole("cpu"),
+            memory_per_node: (memory > 0).then_some(memory),
+            gpus_per_node: whole("gpu"),
+            ..Resources::default()
+        }
+    }
+
     fn check(&self) -> Result<(), BatchError> {
         for (field, value) in [
             ("nodes", self.nodes),

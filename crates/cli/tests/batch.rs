@@ -61,6 +61,16 @@ fn submitted(out: Output) -> String {
         .to_string()
 }
 
+/// Submits `script` for `/bin/sh` to run in `dir` as `token`'s user; returns the job's id.
+fn submit_sh(c: &Cluster, token: &str, dir: &str, script: &str) -> String {
+    submitted(batch(
+        c,
+        token,
+        "submit",
+        &["--directory", dir, "--", "/bin/sh", "-c", script],
+    ))
+}
+
 /// Waits (90 s at most) until `token`'s view of job `id` is as `wanted` says; returns it.
 fn job_until(
     c: &Cluster,
@@ -320,19 +330,9 @@ fn slurm_through_the_cli_each_user_sees_and_acts_on_their_own_jobs() {
     job_until(&c, &alice, &sleeper, "cancelled", state_is("cancelled"));
 
     // A signal: the job's trap ends it well; another user cannot signal it.
-    let trapper = submitted(batch(
-        &c,
-        &alice,
-        "submit",
-        &[
-            "--directory",
-            dir,
-            "--",
-            "/bin/sh",
-            "-c",
-            "trap 'echo got USR1 > signalled.txt; exit 0' USR1; touch ready; while :; do sleep 1; done",
-        ],
-    ));
+    let trap = "trap 'echo got USR1 > signalled.txt; exit 0' USR1; touch ready; \
+                while :; do sleep 1; done";
+    let trapper = submit_sh(&c, &alice, dir, trap);
     c.until_for(90, "the trap to be set", || {
         work.path().join("ready").exists().then_some(())
     });
@@ -433,6 +433,8 @@ fn grid_engine_through_the_cli() {
             "SGE_ROOT=/var/lib/gridengine",
             "--env",
             "SGE_CELL=default",
+            "--run-as",
+            "corral-batch",
         ],
         "Grid Engine (.ci/gridengine.sh)",
     );
@@ -441,13 +443,19 @@ fn grid_engine_through_the_cli() {
     let bob = user_token(&c, "bob");
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().to_str().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
 
-    let failing = submitted(batch(
-        &c,
-        &alice,
-        "submit",
-        &["--directory", dir, "--", "/bin/sh", "-c", "exit 3"],
-    ));
+    // Jobs run as the binding's account, never as the manager's.
+    let who = submit_sh(&c, &alice, dir, "id -un > who.txt");
+    let job = job_until(&c, &alice, &who, "done", state_is("done"));
+    assert_eq!(job["user"], "corral-batch", "{job}");
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("who.txt")).unwrap(),
+        "corral-batch\n"
+    );
+
+    let failing = submit_sh(&c, &alice, dir, "exit 3");
     let job = job_until(&c, &alice, &failing, "failed", state_is("failed"));
     assert_eq!(job["exit_code"], 3, "{job}");
     assert!(fails(batch(&c, &bob, "job", &[&failing])).contains("not found"));

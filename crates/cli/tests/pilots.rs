@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 
-use common::{text, Cluster};
+use common::{text, Cluster, CORRAL};
 use serde_json::{json, Value};
 
 /// Group `probe` bound to the scheduler, to read its jobs; `None` (skipped) when it does not
@@ -82,7 +82,12 @@ fn create_group(
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     batch["options"]["run_as"] = json!("corral-batch");
     batch["options"]["work_dir"] = json!(work.path());
-    let mut options = json!({"batch": batch, "walltime_secs": 900});
+    // The nodes' corral, where the pilots' account can run it (the build's directory may be
+    // closed to other accounts, as a fresh clone made by mktemp is).
+    let binary = work.path().join("corral");
+    std::fs::copy(CORRAL, &binary).unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut options = json!({"batch": batch, "walltime_secs": 900, "binary": binary});
     options
         .as_object_mut()
         .unwrap()

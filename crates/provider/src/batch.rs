@@ -222,25 +222,6 @@ fn instance_state(state: JobState) -> InstanceState {
     }
 }
 
-/// What a pilot asks of the scheduler: one node and task with the template's CPUs (whole),
-/// memory and GPUs.
-fn resources(spec: &AgentSpec, context: &Context) -> Result<Resources, ProviderError> {
-    let slots = &context.template(&spec.template)?.slots;
-    let whole = |name: &str| -> Option<u32> {
-        let milli = slots.get(name).milli();
-        (milli > 0).then(|| u32::try_from(milli.div_ceil(1000)).unwrap_or(u32::MAX))
-    };
-    let memory = slots.get("mem").milli() / 1000;
-    Ok(Resources {
-        nodes: Some(1),
-        tasks: Some(1),
-        cpus_per_task: whole("cpu"),
-        memory_per_node: (memory > 0).then_some(memory),
-        gpus_per_node: whole("gpu"),
-        ..Resources::default()
-    })
-}
-
 impl BatchProvider {
     fn pilot_dir(&self, agent_id: &str) -> String {
         // check() made sure there is a work directory.
@@ -301,7 +282,7 @@ impl BatchProvider {
             directory: Some(dir.clone()),
             stdout: Some("agent.out".into()),
             stderr: Some("agent.err".into()),
-            resources: resources(&spec, &self.context)?,
+            resources: Resources::for_slots(&self.context.template(template)?.slots),
             walltime: self.options.walltime_secs,
             queue: self.options.queue.clone(),
             account: self.options.account.clone(),
