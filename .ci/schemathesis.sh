@@ -182,6 +182,15 @@ def defuse(provider):
     if provider.get("name") == "exec" and isinstance(options.get("command"), str) \
             and options["command"].startswith("/"):
         options["command"] = "/nonexistent/plugin"
+    # Pilot jobs: every command (the scheduler's, and making a pilot's directory) runs as an
+    # account that does not exist, so none runs; and no scheduler's command is found.
+    batch = options.get("batch") if provider.get("name") == "batch" else None
+    if isinstance(batch, dict) and isinstance(batch.get("options"), dict):
+        batch["options"]["run_as"] = "corral-nobody"
+        if batch.get("system") == "exec":
+            batch["options"]["command"] = "/nonexistent/plugin"
+        else:
+            batch["options"]["bin_dir"] = "/nonexistent/bin"
 
 
 def fix_provider(provider):

@@ -92,7 +92,8 @@ pub enum PbsFlavor {
 }
 
 pub const DEFAULT_TIMEOUT_SECS: u64 = 30;
-const MAX_TIMEOUT_SECS: u64 = 3600;
+/// The longest `timeout_secs`.
+pub const MAX_TIMEOUT_SECS: u64 = 3600;
 
 impl BatchConfig {
     /// Reads a configuration from JSON, naming the field that does not hold.

@@ -48,7 +48,9 @@ mod times;
 
 #[cfg(feature = "adaptors")]
 pub use command::{args, Answer, Commands};
-pub use config::{BatchConfig, BatchOptions, PbsFlavor, SystemName, DEFAULT_TIMEOUT_SECS};
+pub use config::{
+    BatchConfig, BatchOptions, PbsFlavor, SystemName, DEFAULT_TIMEOUT_SECS, MAX_TIMEOUT_SECS,
+};
 pub use error::BatchError;
 pub use job::{
     ConfigChange, Job, JobFilter, JobState, Node, NodeState, Queue, QueueState, Rendered,

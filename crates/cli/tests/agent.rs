@@ -607,3 +607,55 @@ fn an_agent_past_its_drain_after_is_marked_and_takes_nothing_new() {
         .collect();
     assert_eq!(drains.len(), 1, "one event however many syncs: {events}");
 }
+
+/// A group whose only agent is drained for maintenance queues what that agent could hold (as
+/// Slurm queues jobs for drained nodes), says why it waits, and runs it once the agent is back;
+/// what no agent could ever hold is still refused at submit.
+#[test]
+fn a_request_only_a_drained_agent_could_hold_waits_for_it() {
+    let c = Cluster::start(10);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let _a1 = c.agent("a1", "g", "cpu=2");
+    c.until("a1 joins", || {
+        let agents = c.json(&["agent", "ls", "-o", "json"]);
+        (agents[0]["state"] == "alive").then_some(())
+    });
+    assert!(c.cli(&["agent", "drain", "a1"]).status.success());
+
+    let id = c.submit(&["--group", "g", "--request", "cpu=2", "--", "echo", "back"]);
+    let waiting = c.until("the session says why it waits", || {
+        let s = c.listed(&id);
+        s["wait_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("drained"))
+            .then_some(s)
+    });
+    assert_eq!(waiting["state"], "pending", "{waiting}");
+    assert_eq!(
+        waiting["wait_reason"],
+        "no agent has room; only agents that are drained, marked or lost could hold it, so it \
+         waits for one of them to come back"
+    );
+    let beyond = c.cli(&[
+        "session",
+        "submit",
+        "--group",
+        "g",
+        "--request",
+        "cpu=3",
+        "--",
+        "true",
+    ]);
+    assert!(!beyond.status.success());
+    assert!(
+        text(&beyond.stderr).contains("cpu=3"),
+        "{}",
+        text(&beyond.stderr)
+    );
+
+    assert!(c.cli(&["agent", "unmark", "a1"]).status.success());
+    c.until("the session runs once a1 is back", || {
+        (c.listed(&id)["state"] == "succeeded").then_some(())
+    });
+    assert_eq!(text(&c.cli(&["session", "logs", &id]).stdout), "back\n");
+}

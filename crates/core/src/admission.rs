@@ -6,30 +6,17 @@ use crate::model::{AgentState, PolicyKind};
 use crate::slots::{Quantity, Slots};
 use crate::snapshot::Snapshot;
 
-/// The capacities a new session could ever get in a group: the total capacity of each live,
-/// unmarked agent, and the slots of each template the policy may launch.
-pub fn candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
-    candidates_among(snapshot, |state| state == AgentState::Alive)
-}
-
-/// What sessions already in the queue are held against: every agent that may take sessions
-/// again (alive, marked, or lost and perhaps coming back) and the launchable templates. A
-/// queued session is not rejected because its group's only agent is briefly lost or drained;
-/// it waits for capacity to return.
+/// The capacities a session could ever get in a group: every agent that may take sessions again
+/// (alive, marked or drained, or lost and perhaps coming back) and the templates the policy may
+/// launch. A request only a drained or lost agent could hold is queued, as Slurm queues jobs for
+/// drained nodes, and waits with that reason; the same holds for sessions already queued.
 pub fn standing_candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
-    candidates_among(snapshot, |state| state != AgentState::Terminated)
-}
-
-fn candidates_among(
-    snapshot: &Snapshot,
-    counts: impl Fn(AgentState) -> bool,
-) -> impl Iterator<Item = &Slots> {
     let policy = &snapshot.group.policy;
     let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
     let agents = snapshot
         .agents
         .iter()
-        .filter(move |a| counts(a.state))
+        .filter(|a| a.state != AgentState::Terminated)
         .map(|a| &a.capacity);
     let templates = snapshot
         .group
@@ -42,8 +29,11 @@ fn candidates_among(
 
 /// Checks one request against a snapshot (the synchronous check at submit).
 pub fn admit(snapshot: &Snapshot, required: &Slots) -> Result<(), Infeasible> {
-    let index = SlotIndex::of(candidates(snapshot).chain([required]));
-    let admission = Admission::new(&index, candidates(snapshot).map(|c| index.vector(c)));
+    let index = SlotIndex::of(standing_candidates(snapshot).chain([required]));
+    let admission = Admission::new(
+        &index,
+        standing_candidates(snapshot).map(|c| index.vector(c)),
+    );
     admission.check(&index, &index.vector(required))
 }
 
@@ -188,24 +178,31 @@ mod tests {
         let fixed = group(PolicyKind::Fixed, &[("g1", "gpu=1", 10)]);
         assert_eq!(
             check(&fixed, "gpu=1"),
-            Err("the group has no live agent and no launchable template".into())
+            Err("the group has no agent and no launchable template".into())
         );
         let zero_max = group(PolicyKind::Demand, &[("g1", "gpu=1", 0)]);
         assert!(check(&zero_max, "gpu=1").is_err());
     }
 
     #[test]
-    fn only_live_unmarked_agents_count() {
+    fn agents_that_can_come_back_count_and_terminated_ones_do_not() {
         let mut s = group(PolicyKind::Fixed, &[]);
         s.agents = vec![
             agent("a", "gpu=8", AgentState::Marked),
             agent("b", "gpu=4", AgentState::Lost),
             agent("c", "gpu=2", AgentState::Alive),
+            agent("d", "gpu=16", AgentState::Terminated),
         ];
         assert_eq!(check(&s, "gpu=2"), Ok(()));
+        assert_eq!(check(&s, "gpu=8"), Ok(()), "a drained agent may be back");
         assert_eq!(
-            check(&s, "gpu=3"),
-            Err("gpu=3 requested; the largest agent or template offers gpu=2".into())
+            check(&s, "gpu=9"),
+            Err("gpu=9 requested; the largest agent or template offers gpu=8".into())
+        );
+        s.agents.retain(|a| a.state == AgentState::Terminated);
+        assert_eq!(
+            check(&s, "gpu=1"),
+            Err("the group has no agent and no launchable template".into())
         );
     }
 

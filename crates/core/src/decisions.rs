@@ -78,7 +78,7 @@ impl fmt::Display for Infeasible {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Infeasible::NoCapacity => {
-                f.write_str("the group has no live agent and no launchable template")
+                f.write_str("the group has no agent and no launchable template")
             }
             Infeasible::Exceeds(excess) => {
                 for (i, e) in excess.iter().enumerate() {
@@ -129,6 +129,9 @@ pub enum NoLaunch {
     AtMax,
     /// No template holds it: only agents that are busy now can.
     NoTemplate,
+    /// Only agents drained, marked or lost could hold it (no live one, no template): it waits
+    /// for one of them to come back.
+    Unavailable,
     /// The templates that fit are held back by the provider's backoff or launch budget.
     Held { reason: String },
     /// Room exists, but the session queue in front of it has not got there yet.
@@ -162,6 +165,10 @@ impl fmt::Display for WaitReason {
                     }
                     NoLaunch::NoTemplate => f.write_str(
                         "; no template holds it, so it waits for running sessions to end",
+                    ),
+                    NoLaunch::Unavailable => f.write_str(
+                        "; only agents that are drained, marked or lost could hold it, so it \
+                         waits for one of them to come back",
                     ),
                     NoLaunch::Held { reason } => write!(f, "; {reason}"),
                     NoLaunch::Queue => f.write_str(" yet"),

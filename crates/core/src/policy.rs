@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 
+use crate::admission::Admission;
 use crate::decisions::{NoLaunch, WaitReason};
 use crate::dense::{self, fits, SlotIndex, Vector};
 use crate::model::{AgentState, PlacementStrategy, PolicyKind, Timestamp};
@@ -81,16 +82,52 @@ pub struct Fixed;
 
 impl ScalingLogic for Fixed {
     fn plan(&self, input: &ScaleInput) -> ScalePlan {
+        let mut live = LiveAgents::new(input);
         ScalePlan {
-            waits: vec![
-                Some(WaitReason::NoRoom {
-                    because: NoLaunch::FixedPolicy
-                });
-                input.unmet.len()
-            ],
+            waits: (0..input.unmet.len())
+                .map(|k| {
+                    let because = if live.could_hold(input, k) {
+                        NoLaunch::FixedPolicy
+                    } else {
+                        NoLaunch::Unavailable
+                    };
+                    Some(WaitReason::NoRoom { because })
+                })
+                .collect(),
             scale_out_demand: vec![0; input.index.len()].into_boxed_slice(),
             ..ScalePlan::default()
         }
+    }
+}
+
+/// Whether a live agent could ever hold an unmet session (its whole capacity, were it idle), one
+/// check per class: a session only agents drained, marked or lost could hold waits for one of
+/// them to come back, not for running sessions to end.
+struct LiveAgents {
+    admission: Admission,
+    per_class: Vec<Option<bool>>,
+}
+
+impl LiveAgents {
+    fn new(input: &ScaleInput) -> Self {
+        let index = input.index;
+        let live = input
+            .snapshot
+            .agents
+            .iter()
+            .filter(|a| a.state == AgentState::Alive)
+            .map(|a| index.vector(&a.capacity));
+        LiveAgents {
+            admission: Admission::new(index, live),
+            per_class: vec![None; input.classes],
+        }
+    }
+
+    /// For unmet session `k`.
+    fn could_hold(&mut self, input: &ScaleInput, k: usize) -> bool {
+        let (need, class) = input.unmet[k];
+        *self.per_class[class]
+            .get_or_insert_with(|| self.admission.check(input.index, need).is_ok())
     }
 }
 
@@ -427,6 +464,7 @@ fn launch_for_demand(
         }
     }
     let templates = &input.snapshot.group.templates;
+    let mut live = LiveAgents::new(input);
     for (c, sessions) in members.iter().enumerate() {
         let mut served = packed.served[c]
             .iter()
@@ -437,7 +475,7 @@ fn launch_for_demand(
                     template: templates[o].name.clone(),
                 },
                 None => WaitReason::NoRoom {
-                    because: why_no_launch(input, template_slots, input.unmet[k].0, budget),
+                    because: why_no_launch(input, template_slots, k, budget, &mut live),
                 },
             });
         }
@@ -449,14 +487,20 @@ fn launch_for_demand(
 fn why_no_launch(
     input: &ScaleInput,
     template_slots: &[Vector],
-    need: &[u64],
+    k: usize,
     budget: &Budget,
+    live: &mut LiveAgents,
 ) -> NoLaunch {
     let s = input.snapshot;
+    let need = input.unmet[k].0;
     if let Some(until) = budget.cooling_until {
         NoLaunch::Cooldown { until }
     } else if !template_slots.iter().any(|t| fits(need, t)) {
-        NoLaunch::NoTemplate
+        if live.could_hold(input, k) {
+            NoLaunch::NoTemplate
+        } else {
+            NoLaunch::Unavailable
+        }
     } else if let Some(limit) = s
         .group
         .templates

@@ -353,7 +353,7 @@ fn drf_serves_the_owner_holding_least_first() {
 }
 
 #[test]
-fn a_queued_session_waits_while_its_only_agent_is_lost() {
+fn a_session_waits_while_its_only_agent_is_lost_and_says_so() {
     let s = snapshot(json!({
         "templates": templates(),
         "agents": [agent("a1", "g1", G1, "", "lost")],
@@ -365,9 +365,19 @@ fn a_queued_session_waits_while_its_only_agent_is_lost() {
         "the agent may come back: {:?}",
         d.rejections
     );
-    assert_eq!(waiting(&d).len(), 1);
-    // A new request is still refused at submit against the agents that are alive now.
-    assert!(corral_core::admission::admit(&s, &"gpu=1".parse().unwrap()).is_err());
+    assert_eq!(
+        waiting(&d),
+        [(
+            "s1".to_string(),
+            "no agent has room; only agents that are drained, marked or lost could hold it, so \
+             it waits for one of them to come back"
+                .to_string()
+        )]
+    );
+    // A new request is queued as well (as Slurm queues jobs for drained nodes), but not one
+    // the agent could never hold.
+    assert!(corral_core::admission::admit(&s, &"gpu=1".parse().unwrap()).is_ok());
+    assert!(corral_core::admission::admit(&s, &"gpu=9".parse().unwrap()).is_err());
 }
 
 #[test]

@@ -110,7 +110,7 @@ async fn join(
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "conflict",
-            format!("agent {:?} belongs to group {:?}", a.id, a.group),
+            format!("agent {:?} belongs to group {:?}", a.id.0, a.group),
         ));
     }
     // Before anything is read from the request's claims: may this token join as this id?

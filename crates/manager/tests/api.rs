@@ -742,6 +742,29 @@ on_both!(
 );
 
 #[tokio::test]
+async fn an_agent_of_another_group_cannot_join_and_the_conflict_names_it_plainly() {
+    let m = Manager::start(None).await;
+    group_with_agent(&m).await;
+    let other = r#"{"name": "cpu", "policy": {"kind": "fixed"}}"#;
+    assert_eq!(
+        m.post("/api/v1/groups", other).await.status,
+        StatusCode::CREATED
+    );
+    let r = m
+        .post(
+            "/api/v1/agents/join",
+            r#"{"id": "a1", "group": "cpu", "capacity": "cpu=1"}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.body);
+    // Names as users write them, never a Rust type's Debug form (`AgentId("a1")`).
+    assert_eq!(
+        r.body["error"]["message"],
+        r#"agent "a1" belongs to group "gpu""#
+    );
+}
+
+#[tokio::test]
 async fn an_expired_bootstrap_token_joins_nothing() {
     let m = Manager::start(None).await;
     assert_eq!(

@@ -12,8 +12,8 @@
 //! - `queue`, `account`, `native`: the pilot job's queue (Slurm: partition), account, and native
 //!   options per scheduler;
 //! - `walltime_secs`: the pilot's walltime [default: the queue's]; with it, the agent drains
-//!   itself `drain_before_secs` (default 300, at most half the walltime) before the end, so that
-//!   it is empty when the scheduler ends the job.
+//!   itself `drain_before_secs` (default 300; more than half the walltime counts as half)
+//!   before the end, so that it is empty when the scheduler ends the job.
 //!
 //! A launch makes the pilot's directory and writes the one-time bootstrap token into a file
 //! there, both as the jobs' account with a umask of 077; the job script reads the token, removes
@@ -79,8 +79,8 @@ pub struct Options {
     /// The pilot jobs' walltime in seconds [default: the queue's].
     #[serde(default)]
     pub walltime_secs: Option<u64>,
-    /// How long before the walltime the agent takes nothing new [default: 300, at most half
-    /// the walltime].
+    /// How long before the walltime the agent takes nothing new [default: 300]; more than half
+    /// the walltime counts as half.
     #[serde(default)]
     pub drain_before_secs: Option<u64>,
 }
@@ -102,14 +102,6 @@ impl Options {
         }
         if self.walltime_secs == Some(0) {
             return Err(invalid("walltime_secs", "must be at least 1"));
-        }
-        if let (Some(walltime), Some(before)) = (self.walltime_secs, self.drain_before_secs) {
-            if before.saturating_mul(2) > walltime {
-                return Err(invalid(
-                    "drain_before_secs",
-                    format!("{before} is more than half the walltime ({walltime} s)"),
-                ));
-            }
         }
         if self.binary.as_ref().is_some_and(|b| !b.is_absolute()) {
             return Err(invalid("binary", "must be an absolute path on the nodes"));
@@ -136,12 +128,14 @@ impl Options {
         })
     }
 
-    /// When the agent drains itself, counted from its start.
+    /// When the agent drains itself, counted from its start: `drain_before_secs` before the
+    /// walltime, at most half of it (so a pilot always has time to work).
     fn drain_after(&self) -> Option<u64> {
         let walltime = self.walltime_secs?;
         let before = self
             .drain_before_secs
-            .unwrap_or(DEFAULT_DRAIN_BEFORE_SECS.min(walltime / 2));
+            .unwrap_or(DEFAULT_DRAIN_BEFORE_SECS)
+            .min(walltime / 2);
         Some(walltime - before)
     }
 }
@@ -405,10 +399,6 @@ mod tests {
             "provider.options.walltime_secs"
         );
         assert_eq!(
-            field(json!({"batch": slurm(), "walltime_secs": 600, "drain_before_secs": 400})),
-            "provider.options.drain_before_secs"
-        );
-        assert_eq!(
             field(json!({"batch": slurm(), "queue": "a\nb"})),
             "provider.options.queue"
         );
@@ -438,6 +428,11 @@ mod tests {
         assert_eq!(
             drain(json!({"batch": slurm(), "walltime_secs": 3600, "drain_before_secs": 60})),
             Some(3540)
+        );
+        // Never more than half the walltime.
+        assert_eq!(
+            drain(json!({"batch": slurm(), "walltime_secs": 600, "drain_before_secs": 400})),
+            Some(300)
         );
     }
 

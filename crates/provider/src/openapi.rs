@@ -144,11 +144,58 @@ fn exec() -> Value {
     }})
 }
 
+/// Pilot jobs: the batch system as a binding takes it, with a work directory, and the job's
+/// fields as a `JobSpec`'s checks take them (one line each, for the script's header).
 fn batch() -> Value {
+    let absolute = || json!({"type": "string", "pattern": "^/[^\\u0000]*$"});
+    let one_line = || json!({"type": "string", "pattern": "^[^\\u0000\\n\\r]*$"});
+    let name = json!({"type": "string", "pattern": "^[A-Za-z0-9._-]+$"});
+    // Which options each system takes beside the common ones.
+    let only = |system: &str, takes: &[&str]| {
+        let others: Vec<Value> = ["parallel_environment", "flavor", "command"]
+            .into_iter()
+            .filter(|o| !takes.contains(o))
+            .map(absent)
+            .collect();
+        json!({"properties": {"system": {"const": system}, "options": {"allOf": others}}})
+    };
+    let exec = json!({"properties": {"system": {"const": "exec"},
+        "options": {"allOf": [present("command"), absent("bin_dir"),
+                              absent("parallel_environment"), absent("flavor")]}}});
     json!({"properties": {
-        "binary": or_null(json!({"type": "string", "pattern": "^/"})),
+        "batch": {
+            "type": "object",
+            "additionalProperties": false,
+            "required": ["system", "options"],
+            "properties": {
+                "system": {"$ref": "#/components/schemas/SystemName"},
+                "options": {
+                    "type": "object",
+                    "additionalProperties": false,
+                    "required": ["work_dir"],
+                    "properties": {
+                        "bin_dir": or_null(absolute()),
+                        "timeout_secs": or_null(json!({"type": "integer", "minimum": 1,
+                            "maximum": corral_batch::MAX_TIMEOUT_SECS})),
+                        "env": env_map(),
+                        "parallel_environment": or_null(name),
+                        "run_as": or_null(json!({"type": "string",
+                            "pattern": "^[a-z_][a-z0-9_.-]{0,31}$"})),
+                        "flavor": or_null(json!({"$ref": "#/components/schemas/PbsFlavor"})),
+                        "command": or_null(absolute()),
+                        "work_dir": absolute(),
+                    },
+                },
+            },
+            "oneOf": [only("slurm", &[]), only("gridengine", &["parallel_environment"]),
+                      only("pbs", &["flavor"]), only("lsf", &[]), exec],
+        },
+        "binary": or_null(absolute()),
         "extra_args": {"type": "array", "items": no_nul()},
-        "walltime_secs": or_null(json!({"type": "integer", "minimum": 1})),
+        "queue": or_null(one_line()),
+        "account": or_null(one_line()),
+        "native": {"type": "object", "additionalProperties": {"type": "array", "items": one_line()}},
+        "walltime_secs": or_null(json!({"type": "integer", "minimum": 1, "maximum": u64::MAX})),
     }})
 }
 
