@@ -104,21 +104,15 @@ impl ScalingLogic for Fixed {
 /// check per class: a session only agents drained, marked or lost could hold waits for one of
 /// them to come back, not for running sessions to end.
 struct LiveAgents {
-    admission: Admission,
+    /// Built at the first question: most passes have no session without room.
+    admission: Option<Admission>,
     per_class: Vec<Option<bool>>,
 }
 
 impl LiveAgents {
     fn new(input: &ScaleInput) -> Self {
-        let index = input.index;
-        let live = input
-            .snapshot
-            .agents
-            .iter()
-            .filter(|a| a.state == AgentState::Alive)
-            .map(|a| index.vector(&a.capacity));
         LiveAgents {
-            admission: Admission::new(index, live),
+            admission: None,
             per_class: vec![None; input.classes],
         }
     }
@@ -126,8 +120,22 @@ impl LiveAgents {
     /// For unmet session `k`.
     fn could_hold(&mut self, input: &ScaleInput, k: usize) -> bool {
         let (need, class) = input.unmet[k];
-        *self.per_class[class]
-            .get_or_insert_with(|| self.admission.check(input.index, need).is_ok())
+        if let Some(known) = self.per_class[class] {
+            return known;
+        }
+        let index = input.index;
+        let admission = self.admission.get_or_insert_with(|| {
+            let live = input
+                .snapshot
+                .agents
+                .iter()
+                .filter(|a| a.state == AgentState::Alive)
+                .map(|a| index.vector(&a.capacity));
+            Admission::new(index, live)
+        });
+        let holds = admission.check(index, need).is_ok();
+        self.per_class[class] = Some(holds);
+        holds
     }
 }
 
