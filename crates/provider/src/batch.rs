@@ -40,6 +40,7 @@ use serde::Deserialize;
 
 pub use crate::local::AgentRuntime;
 use crate::local::{self, checked, AgentSpec};
+use crate::options::invalid_option as invalid;
 use crate::{
     ConfigError, Context, Instance, InstanceState, LaunchRequest, Provider, ProviderError,
     TemplateOffer,
@@ -85,13 +86,9 @@ pub struct Options {
     pub drain_before_secs: Option<u64>,
 }
 
-fn invalid(field: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::new(format!("provider.options.{field}"), message)
-}
-
 impl Options {
-    /// Checks what serde cannot: the batch system's options, a work directory, a walltime
-    /// the drain fits in, and the fields that go into the job as the JobSpec checks them.
+    /// Checks what serde cannot: the batch system's options, a work directory, and the fields
+    /// that go into the job as the JobSpec checks them.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.batch.check().map_err(|e| batch_field("batch", e))?;
         if self.batch.options.work_dir.is_none() {

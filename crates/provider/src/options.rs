@@ -37,6 +37,11 @@ impl ConfigError {
     }
 }
 
+/// A provider option that does not hold: `field` is its path under `provider.options`.
+pub(crate) fn invalid_option(field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::new(format!("provider.options.{field}"), message)
+}
+
 /// What the provider crate knows of a provider configuration: whether it holds, which of its
 /// options are secrets, and how they are hidden in answers and kept when sent back.
 pub trait ProviderSettings: Sized {

@@ -6,6 +6,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::{SERVER_TAG, TOKEN_TAG};
+use crate::options::invalid_option as error;
 use crate::options::ConfigError;
 use crate::{AGENT_TAG, GROUP_TAG, REDACTED, TEMPLATE_TAG};
 
@@ -94,10 +95,6 @@ impl fmt::Debug for Options {
             .field("asg_name", &self.asg_name)
             .finish()
     }
-}
-
-fn error(field: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::new(format!("provider.options.{field}"), message)
 }
 
 fn not_empty(field: &str, value: &Option<String>) -> Result<(), ConfigError> {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::options::invalid_option as invalid;
 use crate::{ConfigError, AGENT_LABEL, GROUP_LABEL, TEMPLATE_LABEL};
 
 /// Default for `pod_wait_secs`: how long a StatefulSet launch waits for its new pods to appear.
@@ -109,10 +110,6 @@ pub struct Options {
     pub statefulset: Option<String>,
     /// How long a launch waits for the StatefulSet's new pods to appear [default: 20].
     pub pod_wait_secs: Option<u64>,
-}
-
-fn invalid(field: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::new(format!("provider.options.{field}"), message)
 }
 
 impl Options {
