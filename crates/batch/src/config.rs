@@ -78,6 +78,10 @@ pub struct BatchOptions {
     /// share [default: none; such jobs are refused].
     #[serde(default)]
     pub work_dir: Option<String>,
+    /// Sessions submitted to the group run as jobs of this system, each in
+    /// `WORK_DIR/<user>/<session>` (so it needs `work_dir`) [default: false].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sessions: bool,
 }
 
 /// Which PBS: they differ in output formats, arrays and what they keep of finished jobs.
@@ -120,6 +124,12 @@ impl BatchConfig {
                     ));
                 }
             }
+        }
+        if o.sessions && o.work_dir.is_none() {
+            return Err(BatchError::invalid(
+                "options.sessions",
+                "sessions run in directories under options.work_dir: give one",
+            ));
         }
         if let Some(secs) = o.timeout_secs {
             if !(1..=MAX_TIMEOUT_SECS).contains(&secs) {
@@ -328,5 +338,11 @@ mod tests {
             field_of(r#"{"system": "exec", "options": {"command": "/p", "bin_dir": "/usr/bin"}}"#),
             "options.bin_dir"
         );
+        assert_eq!(
+            field_of(r#"{"system": "slurm", "options": {"sessions": true}}"#),
+            "options.sessions"
+        );
+        let sessions = r#"{"system": "slurm", "options": {"sessions": true, "work_dir": "/w"}}"#;
+        assert!(BatchConfig::parse_json(sessions).unwrap().options.sessions);
     }
 }

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use corral_core::{SessionState, Slots};
 
-use crate::{BatchError, Job, JobSpec, JobState, Resources};
+use crate::{BatchError, Job, JobSpec, JobState, Node, Resources};
+
+/// The slots a session's job can ask a scheduler for.
+const SLOTS: [&str; 3] = ["cpu", "mem", "gpu"];
 
 /// The files in a session job's directory that hold its standard output and error, named as the
 /// streams of a session's logs.
@@ -36,6 +39,16 @@ impl SessionJob<'_> {
             .command
             .split_first()
             .ok_or_else(|| BatchError::invalid("command", "a batch job needs a program"))?;
+        if let Some((slot, _)) = self
+            .request
+            .iter()
+            .find(|(s, _)| !SLOTS.contains(&s.as_str()))
+        {
+            return Err(BatchError::invalid(
+                "request",
+                format!("a batch job asks for cpu, mem and gpu, not {slot}"),
+            ));
+        }
         let spec = JobSpec {
             name: Some(job_name(self.id)),
             executable: Some(program.clone()),
@@ -53,6 +66,30 @@ impl SessionJob<'_> {
         spec.check()?;
         Ok(spec)
     }
+}
+
+/// Whether one of `nodes` could ever run the job (one node's worth of CPUs, memory and GPUs),
+/// counting nodes that are down or drained, which may come back; else why not. For schedulers
+/// that would leave such a job queued for good.
+pub fn fits(resources: &Resources, nodes: &[Node]) -> Result<(), String> {
+    let cpus = resources.cpus_per_task.unwrap_or(1) * resources.tasks.unwrap_or(1);
+    let memory = resources.memory_per_node.unwrap_or(0);
+    let gpus = resources.gpus_per_node.unwrap_or(0);
+    if nodes
+        .iter()
+        .any(|n| n.cpus >= cpus && n.memory >= memory && n.gpus >= gpus)
+    {
+        return Ok(());
+    }
+    let most = |f: fn(&Node) -> u64| nodes.iter().map(f).max().unwrap_or(0);
+    Err(format!(
+        "no node of the cluster has {cpus} CPUs, {memory} bytes of memory and {gpus} GPUs \
+         (at most {} CPUs, {} bytes, {} GPUs on one node of {})",
+        most(|n| n.cpus.into()),
+        most(|n| n.memory),
+        most(|n| n.gpus.into()),
+        nodes.len()
+    ))
 }
 
 /// The name of session `id`'s job, by which the manager finds it in the scheduler's listing.
@@ -202,6 +239,62 @@ mod tests {
             }),
             "environment.A=B"
         );
+    }
+
+    fn node(cpus: u32, memory: u64, gpus: u32) -> Node {
+        Node {
+            name: "n1".into(),
+            state: crate::NodeState::Drained,
+            native_state: "DRAINED".into(),
+            cpus,
+            cpus_allocated: 0,
+            memory,
+            memory_allocated: 0,
+            gpus,
+            queues: vec![],
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn a_request_fits_when_one_node_could_hold_it() {
+        let nodes = [node(2, 4 << 30, 0), node(8, 1 << 30, 1)];
+        let ask = |request: &str| fits(&Resources::for_slots(&request.parse().unwrap()), &nodes);
+        assert_eq!(
+            ask("cpu=2,mem=4GiB"),
+            Ok(()),
+            "a drained node may come back"
+        );
+        assert_eq!(ask("cpu=8,gpu=1"), Ok(()));
+        let why = ask("cpu=8,mem=2GiB").unwrap_err();
+        assert!(
+            why.contains("8 CPUs") && why.contains("at most 8 CPUs"),
+            "{why}"
+        );
+        assert!(ask("gpu=2").is_err());
+        assert!(fits(&Resources::default(), &[]).is_err(), "no node at all");
+    }
+
+    #[test]
+    fn a_session_asks_only_for_what_a_scheduler_knows() {
+        let request: Slots = "cpu=1,tpu=1".parse().unwrap();
+        let command = vec!["true".to_string()];
+        let s = SessionJob {
+            id: "s1",
+            command: &command,
+            environment: &BTreeMap::new(),
+            request: &request,
+            directory: "/w/a/s1",
+            inputs: &[],
+            outputs: &[],
+        };
+        match s.job_spec().unwrap_err() {
+            BatchError::InvalidSpec { field, message } => {
+                assert_eq!(field, "request");
+                assert!(message.contains("tpu"), "{message}");
+            }
+            e => panic!("{e}"),
+        }
     }
 
     #[test]

@@ -95,6 +95,35 @@ case "$f" in "$d"/*) exec cat -- "$f" ;; *) exit 3 ;; esac"#;
     }
 }
 
+/// At most `max` bytes of `dir/path` from byte `offset` (a log followed as it grows); `None`
+/// when it is not a file that resolves inside `dir`.
+pub async fn read_from(
+    commands: &Commands,
+    dir: &str,
+    path: &str,
+    offset: u64,
+    max: u64,
+) -> Result<Option<Vec<u8>>, BatchError> {
+    const NOT_THERE: i32 = 3;
+    const SCRIPT: &str = r#"d=$(realpath -e -- "$1") && f=$(realpath -e -- "$1/$2") || exit 3
+[ -f "$f" ] || exit 3
+case "$f" in "$d"/*) ;; *) exit 3 ;; esac
+tail -c "+$(($3 + 1))" -- "$f" | head -c "$4""#;
+    let (offset, max) = (offset.to_string(), max.to_string());
+    let (code, stdout, stderr) = tools(commands)
+        .run_bytes(
+            "sh",
+            &args(["-c", SCRIPT, "sh", dir, path, &offset, &max]),
+            None,
+        )
+        .await?;
+    match code {
+        Some(0) => Ok(Some(stdout)),
+        Some(NOT_THERE) => Ok(None),
+        _ => check("reading a log", (code, stdout, stderr)).map(|_| None),
+    }
+}
+
 /// The system's `sh`, `mkdir`, `find`, `realpath` and `cat`, not the scheduler's directory's,
 /// run as the binding's account.
 fn tools(commands: &Commands) -> Commands {
@@ -116,5 +145,32 @@ fn check(
             what: what.to_string(),
             message: String::from_utf8_lossy(&stderr).trim().to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_log_is_read_from_an_offset_and_only_inside_its_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("job");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("stdout"), b"hello world\n").unwrap();
+        std::fs::write(tmp.path().join("secret"), b"not yours").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("secret"), dir.join("link")).unwrap();
+        let commands = Commands::default();
+        let dir = dir.to_str().unwrap();
+        let read = |path: &'static str, offset, max| read_from(&commands, dir, path, offset, max);
+        assert_eq!(read("stdout", 0, 5).await.unwrap().unwrap(), b"hello");
+        assert_eq!(read("stdout", 6, 100).await.unwrap().unwrap(), b"world\n");
+        assert_eq!(read("stdout", 50, 100).await.unwrap().unwrap(), b"");
+        assert_eq!(
+            read("stderr", 0, 100).await.unwrap(),
+            None,
+            "not written yet"
+        );
+        assert_eq!(read("link", 0, 100).await.unwrap(), None, "leads outside");
     }
 }

@@ -32,6 +32,13 @@ pub trait BatchSystem: Send + Sync {
     async fn config(&self) -> Result<SchedulerConfig, BatchError>;
     /// Applies a change the scheduler allows at run time.
     async fn apply(&self, change: &ConfigChange) -> Result<(), BatchError>;
+
+    /// Whether [`BatchSystem::submit`] refuses a job no node or queue could ever run (rather
+    /// than leave it queued for good); where it does not, the caller compares the job with
+    /// [`BatchSystem::nodes`] first.
+    fn refuses_impossible(&self) -> bool {
+        false
+    }
 }
 
 /// A signal's name without `SIG` (`TERM`, `USR1`, `KILL`), or why it is not one.

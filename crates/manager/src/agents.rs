@@ -375,7 +375,7 @@ fn missing_inputs<'a>(app: &App, session: &str, spec: &'a crate::api::Spec) -> V
 }
 
 /// Where the manager keeps what agents upload for a session.
-fn session_dir(app: &App, session: &str) -> PathBuf {
+pub(crate) fn session_dir(app: &App, session: &str) -> PathBuf {
     app.data_dir.join("sessions").join(session)
 }
 
@@ -526,6 +526,9 @@ async fn append_log(
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
+        (status = 502, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
+        (status = 504, response = ErrorResponse),
     )
 )]
 async fn put_input(
@@ -536,7 +539,7 @@ async fn put_input(
 ) -> Result<StatusCode> {
     let rel = check_relative("path", &path)?;
     let record = crate::api::own_session(&app, &caller, &id).await?;
-    let spec: crate::api::Spec = serde_json::from_value(record.spec).unwrap_or_default();
+    let spec: crate::api::Spec = serde_json::from_value(record.spec.clone()).unwrap_or_default();
     if !spec.inputs.iter().any(|i| i == &path) {
         return Err(ApiError::invalid(
             "path",
@@ -555,6 +558,10 @@ async fn put_input(
             "refused",
             format!("session {id:?} has already started or ended"),
         ));
+    }
+    if record.batch_job.is_some() {
+        crate::batch_sessions::put_input(&app, &record, &path, &body).await?;
+        return Ok(StatusCode::NO_CONTENT);
     }
     let dir = session_dir(&app, &record.session.id.0);
     write_atomically(&dir, &dir.join("inputs").join(rel), &body).await?;
@@ -595,7 +602,11 @@ async fn get_input(
 /// Writes to a temporary file of its own in the session's `tmp/` (same file system, outside
 /// what users list), then renames it into place: a reader never sees half a file, and two
 /// uploads at once never share a temporary file.
-async fn write_atomically(session_dir: &FsPath, target: &FsPath, data: &[u8]) -> Result<()> {
+pub(crate) async fn write_atomically(
+    session_dir: &FsPath,
+    target: &FsPath,
+    data: &[u8],
+) -> Result<()> {
     let tmp = session_dir.join("tmp");
     tokio::fs::create_dir_all(&tmp).await.map_err(io_error)?;
     if let Some(parent) = target.parent() {
@@ -687,7 +698,7 @@ fn io_error(e: std::io::Error) -> ApiError {
 #[utoipa::path(
     get,
     path = "/api/v1/sessions/{id}/logs/{stream}",
-    summary = "A session's log from offset, at most 1 MiB per read",
+    summary = "A session's log from offset, at most 1 MiB per read (a running batch job's from where the job writes it)",
     params(("id" = String, Path, description = "the session"), ("stream" = inline(LogStream), Path, description = "the log"), Offset),
     responses(
         (status = 200, description = "the bytes", body = inline(Binary), content_type = "application/octet-stream"),
@@ -695,6 +706,9 @@ fn io_error(e: std::io::Error) -> ApiError {
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
+        (status = 502, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
+        (status = 504, response = ErrorResponse),
     )
 )]
 async fn read_log(
@@ -706,6 +720,12 @@ async fn read_log(
     let file = check_stream(&stream)?;
     let offset = q.position()?;
     let record = crate::api::own_session(&app, &caller, &id).await?;
+    // A batch job's log is where the job writes it until the job has ended and it is kept.
+    if record.batch_job.is_some() && !record.session.state.is_terminal() {
+        let data =
+            crate::batch_sessions::read_log(&app, &record, &stream, offset, MAX_LOG_READ).await?;
+        return Ok(([("content-type", "application/octet-stream")], data));
+    }
     let path = session_dir(&app, &record.session.id.0).join(file);
     let data = match tokio::fs::File::open(&path).await {
         Ok(mut f) => {
@@ -887,6 +907,13 @@ async fn terminate_due(app: &App) -> Result<(), corral_store::StoreError> {
                 let active = r.last_activity.unwrap_or(started);
                 if let Some(why) = t.ends(r.session.kind, started, active, now) {
                     let reason = format!("ended by the group's policy: {why}");
+                    if r.batch_job.is_some() {
+                        // Its job first: the session ends once the job is gone (or next time).
+                        if let Err(e) = crate::batch_sessions::cancel_job(app, r).await {
+                            tracing::warn!(session = r.session.id.0, error = %e, "could not cancel the session's job");
+                            continue;
+                        }
+                    }
                     match app
                         .store
                         .end_session(&r.session.id.0, SessionState::Cancelled, now, &reason)

@@ -65,6 +65,31 @@ impl Batches {
         Ok(bound)
     }
 
+    /// The group's batch system if its sessions run as its jobs (binding option `sessions`);
+    /// `None` for any other group, or one that does not exist (its submit says so).
+    pub async fn for_sessions(
+        &self,
+        app: &App,
+        group: &str,
+    ) -> Result<Option<Arc<Bound>>, ApiError> {
+        let stored = match app.store.get_group_batch(group).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) | Err(corral_store::StoreError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        if let Some((json, bound)) = self.lock().get(group) {
+            if *json == stored {
+                return Ok(bound.config.options.sessions.then(|| bound.clone()));
+            }
+        }
+        let sessions =
+            serde_json::from_str::<BatchConfig>(&stored).is_ok_and(|c| c.options.sessions);
+        if !sessions {
+            return Ok(None);
+        }
+        self.of(app, group).await.map(Some)
+    }
+
     /// Forgets the group's adaptor (its binding changed or went).
     pub fn forget(&self, group: &str) {
         self.lock().remove(group);

@@ -6,6 +6,7 @@ pub mod agents;
 pub mod api;
 pub mod auth;
 mod batch;
+mod batch_sessions;
 pub mod control;
 pub mod error;
 mod extract;
@@ -150,6 +151,7 @@ pub struct App {
     health: Arc<health::Health>,
     serving: Arc<serve::Serving>,
     batches: Arc<batch::Batches>,
+    batch_sessions: Arc<batch_sessions::Follower>,
 }
 
 pub fn now() -> Timestamp {
@@ -198,9 +200,11 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         secrets,
         health: Arc::default(),
         batches: Arc::default(),
+        batch_sessions: Arc::default(),
     };
     tokio::spawn(agents::watch_liveness(app.clone()));
     tokio::spawn(agents::watch_termination(app.clone()));
+    tokio::spawn(batch_sessions::follow(app.clone()));
     Ok(app)
 }
 

@@ -97,6 +97,12 @@ impl Options {
                 "pilot jobs need a directory on a file system the manager and the nodes share",
             ));
         }
+        if self.batch.options.sessions {
+            return Err(invalid(
+                "batch.options.sessions",
+                "pilot jobs run agents; sessions run as jobs through a group's own binding",
+            ));
+        }
         if self.walltime_secs == Some(0) {
             return Err(invalid("walltime_secs", "must be at least 1"));
         }
@@ -390,6 +396,11 @@ mod tests {
         assert_eq!(
             field(json!({"batch": {"system": "slurm", "options": {"work_dir": "rel"}}})),
             "provider.options.batch.options.work_dir"
+        );
+        assert_eq!(
+            field(json!({"batch": {"system": "slurm",
+                "options": {"work_dir": "/w", "sessions": true}}})),
+            "provider.options.batch.options.sessions"
         );
         assert_eq!(
             field(json!({"batch": slurm(), "walltime_secs": 0})),

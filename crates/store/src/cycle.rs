@@ -60,7 +60,7 @@ impl Store {
             .join(", ");
         let sql = format!(
             "SELECT {} FROM sessions WHERE group_name = $1 AND state = 'pending' \
-             ORDER BY {order} LIMIT {MAX_PENDING_PER_PASS}",
+             AND batch_job IS NULL ORDER BY {order} LIMIT {MAX_PENDING_PER_PASS}",
             core_session_columns!()
         );
         let mut sessions = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -77,7 +77,8 @@ impl Store {
                 "SELECT ",
                 core_session_columns!(),
                 " FROM sessions WHERE group_name = $1 \
-                 AND state IN ('scheduled', 'running') ORDER BY submitted_at, id"
+                 AND state IN ('scheduled', 'running') AND batch_job IS NULL \
+                 ORDER BY submitted_at, id"
             ))
             .bind(group)
             .fetch_all(&mut *tx)

@@ -89,6 +89,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0007_batch.sql"),
         include_str!("../migrations/postgres/0007_batch.sql"),
     ),
+    (
+        8,
+        "batch_sessions",
+        include_str!("../migrations/sqlite/0008_batch_sessions.sql"),
+        include_str!("../migrations/postgres/0008_batch_sessions.sql"),
+    ),
 ];
 
 /// How long a SQLite connection waits for another process's write lock before failing.

@@ -23,12 +23,13 @@ pub(crate) use core_session_columns;
 macro_rules! session_columns {
     () => {
         concat!(
-            core_session_columns!(),
+            $crate::sessions::core_session_columns!(),
             ", allocation, updated_at, wait_reason, end_reason, spec, exit_code, started_at, \
-             last_activity"
+             last_activity, batch_job"
         )
     };
 }
+pub(crate) use session_columns;
 
 /// A session as stored: the core's view plus what the manager keeps beside it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -50,6 +51,8 @@ pub struct SessionRecord {
     pub last_activity: Option<Timestamp>,
     /// When its state last changed.
     pub updated_at: Timestamp,
+    /// The batch job that runs it, on a group whose sessions run as batch jobs (its key).
+    pub batch_job: Option<String>,
     /// Its state changes, oldest first; filled by `get_session`, empty in lists.
     pub history: Vec<HistoryEntry>,
 }
@@ -87,7 +90,7 @@ pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
     })
 }
 
-fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
+pub(crate) fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
     let f = Fields::new(row, "session", "id")?;
     Ok(SessionRecord {
         session: session_from_row(row)?,
@@ -102,6 +105,7 @@ fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
         started_at: f.opt_time("started_at")?,
         last_activity: f.opt_time("last_activity")?,
         updated_at: f.time("updated_at")?,
+        batch_job: f.opt_text("batch_job")?,
         history: Vec::new(),
     })
 }
@@ -204,48 +208,28 @@ impl Store {
         let mut groups_seen: Vec<&str> = Vec::new();
         for (session, spec) in sessions {
             if !groups_seen.contains(&session.group.as_str()) {
-                // KEY SHARE: keeps the group from being deleted meanwhile, without waiting for
-                // passes.
-                let group = sqlx::query(self.locking((
-                    "SELECT name FROM groups WHERE name = $1",
-                    "SELECT name FROM groups WHERE name = $1 FOR KEY SHARE",
-                )))
-                .bind(&session.group)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if group.is_none() {
-                    return Err(StoreError::not_found("group", &session.group));
-                }
+                self.hold_group(&mut tx, &session.group).await?;
                 groups_seen.push(&session.group);
             }
-            let done = sqlx::query(
-                "INSERT INTO sessions (id, group_name, owner, priority, request, image, session_type, \
-                 state, agent, allocation, blocked_passes, submitted_at, updated_at, wait_reason, \
-                 end_reason, spec) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, NULL, NULL, $13) \
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(&session.id.0)
-            .bind(&session.group)
-            .bind(&session.owner)
-            .bind(i64::from(session.priority))
-            .bind(session.request.to_string())
-            .bind(session.image.as_deref())
-            .bind(name_of(&session.kind))
-            .bind(name_of(&session.state))
-            .bind(session.agent.as_ref().map(|a| a.0.as_str()))
-            .bind(count(session.blocked_passes))
-            .bind(session.submitted_at.0)
-            .bind(now.0)
-            .bind(to_json(spec)?)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                return Err(StoreError::conflict("session", &session.id));
-            }
-            insert_history(&mut tx, &session.id.0, now, session.state, "submitted").await?;
+            insert_one(&mut tx, session, spec, None, now).await?;
         }
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Keeps the group from being deleted until `tx` ends (KEY SHARE: without waiting for
+    /// passes); `NotFound` if there is no such group.
+    pub(crate) async fn hold_group(&self, tx: &mut Tx, group: &str) -> Result<()> {
+        let found = sqlx::query(self.locking((
+            "SELECT name FROM groups WHERE name = $1",
+            "SELECT name FROM groups WHERE name = $1 FOR KEY SHARE",
+        )))
+        .bind(group)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if found.is_none() {
+            return Err(StoreError::not_found("group", group));
+        }
         Ok(())
     }
 
@@ -455,6 +439,44 @@ fn is_end(state: SessionState) -> bool {
         state,
         SessionState::Pending | SessionState::Scheduled | SessionState::Running
     )
+}
+
+/// Inserts one submitted session (run by batch job `batch_job`, if given) with its first
+/// history row.
+pub(crate) async fn insert_one(
+    tx: &mut Tx,
+    session: &Session,
+    spec: &serde_json::Value,
+    batch_job: Option<&str>,
+    now: Timestamp,
+) -> Result<()> {
+    let done = sqlx::query(
+        "INSERT INTO sessions (id, group_name, owner, priority, request, image, session_type, \
+         state, agent, allocation, blocked_passes, submitted_at, updated_at, wait_reason, \
+         end_reason, spec, batch_job) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, NULL, NULL, $13, $14) \
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(&session.id.0)
+    .bind(&session.group)
+    .bind(&session.owner)
+    .bind(i64::from(session.priority))
+    .bind(session.request.to_string())
+    .bind(session.image.as_deref())
+    .bind(name_of(&session.kind))
+    .bind(name_of(&session.state))
+    .bind(session.agent.as_ref().map(|a| a.0.as_str()))
+    .bind(count(session.blocked_passes))
+    .bind(session.submitted_at.0)
+    .bind(now.0)
+    .bind(to_json(spec)?)
+    .bind(batch_job)
+    .execute(&mut **tx)
+    .await?;
+    if done.rows_affected() == 0 {
+        return Err(StoreError::conflict("session", &session.id));
+    }
+    insert_history(tx, &session.id.0, now, session.state, "submitted").await
 }
 
 async fn fetch_record(

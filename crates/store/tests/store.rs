@@ -1373,6 +1373,7 @@ on_both!(a_batch_jobs_inputs_are_awaited_one_by_one, |db| {
         awaiting: vec!["a.txt".into(), "data/b.csv".into()],
         outputs: vec!["out".into()],
         release_after_inputs: true,
+        session: None,
     };
     store.record_batch_job("g", &job, t(2)).await.unwrap();
     assert_eq!(store.batch_job("g", "7").await.unwrap(), Some(job.clone()));
@@ -1402,5 +1403,74 @@ on_both!(a_batch_jobs_inputs_are_awaited_one_by_one, |db| {
     let stored = store.batch_job("g", "7").await.unwrap().unwrap();
     assert!(
         stored.awaiting.is_empty() && stored.outputs == job.outputs && stored.release_after_inputs
+    );
+});
+
+on_both!(sessions_run_as_batch_jobs_are_left_to_their_jobs, |db| {
+    let store = &db.store;
+    store.create_group(&group("g"), t(1)).await.unwrap();
+    store
+        .set_group_batch("g", Some(r#"{"system":"slurm"}"#), t(1))
+        .await
+        .unwrap();
+    let spec = serde_json::json!({"command": ["true"]});
+    let on_agents = session("s1", "g", "alice", "cpu=1", 2);
+    store.insert_session(&on_agents, &spec, t(2)).await.unwrap();
+    let as_job = session("s2", "g", "alice", "cpu=1", 3);
+    let job = BatchJobRecord {
+        job_id: "41".into(),
+        owner: "alice".into(),
+        directory: Some("/w/alice/s2".into()),
+        ..BatchJobRecord::default()
+    };
+    store
+        .insert_batch_session(&as_job, &spec, &job, t(3))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.insert_batch_session(&as_job, &spec, &job, t(3)).await,
+        Err(StoreError::Conflict { .. })
+    ));
+    let recorded = store.batch_job("g", "41").await.unwrap().unwrap();
+    assert_eq!(recorded.session.as_deref(), Some("s2"));
+    assert_eq!(recorded.owner, "alice");
+    let got = store.get_session("s2").await.unwrap().unwrap();
+    assert_eq!(got.batch_job.as_deref(), Some("41"));
+    assert_eq!(got.session.state, SessionState::Pending);
+
+    // The cycle sees only the session that runs on agents.
+    let snapshot = store.snapshot("g", t(4)).await.unwrap();
+    let ids: Vec<&str> = snapshot.sessions.iter().map(|s| s.id.0.as_str()).collect();
+    assert_eq!(ids, ["s1"]);
+    let active = store.active_batch_sessions("g").await.unwrap();
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].session.id.0, "s2");
+
+    store
+        .set_wait_reason("s2", Some("slurm: Priority"))
+        .await
+        .unwrap();
+    let got = store.get_session("s2").await.unwrap().unwrap();
+    assert_eq!(got.wait_reason.as_deref(), Some("slurm: Priority"));
+    assert!(matches!(
+        store.start_batch_session("s1", t(5), "started").await,
+        Err(StoreError::Conflict { .. })
+    ));
+    store
+        .start_batch_session("s2", t(5), "job 41 started")
+        .await
+        .unwrap();
+    let got = store.get_session("s2").await.unwrap().unwrap();
+    assert_eq!(got.session.state, SessionState::Running);
+    assert_eq!((got.started_at, got.wait_reason), (Some(t(5)), None));
+    assert_eq!(got.history.last().unwrap().reason, "job 41 started");
+    store
+        .finish_session("s2", SessionState::Failed, Some(3), t(6), "exit 3")
+        .await
+        .unwrap();
+    assert!(store.active_batch_sessions("g").await.unwrap().is_empty());
+    assert_eq!(
+        store.bound_groups().await.unwrap(),
+        vec![("g".to_string(), r#"{"system":"slurm"}"#.to_string())]
     );
 });

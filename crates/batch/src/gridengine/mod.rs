@@ -141,6 +141,11 @@ impl BatchSystem for GridEngine {
         NAME
     }
 
+    /// `qsub -w e` refuses a job no queue could ever run.
+    fn refuses_impossible(&self) -> bool {
+        true
+    }
+
     fn render(&self, spec: &JobSpec) -> Result<Rendered, BatchError> {
         spec.check()?;
         Ok(Rendered {

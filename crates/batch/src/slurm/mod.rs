@@ -34,6 +34,8 @@ pub enum Accounting {
 pub struct Slurm {
     commands: Commands,
     accounting: Accounting,
+    /// `EnforcePartLimits` is on: sbatch refuses a job beyond its partitions' limits too.
+    enforces_limits: bool,
 }
 
 impl Slurm {
@@ -41,6 +43,7 @@ impl Slurm {
         Slurm {
             commands,
             accounting,
+            enforces_limits: false,
         }
     }
 
@@ -58,7 +61,13 @@ impl Slurm {
         } else {
             Accounting::None
         };
-        Ok(Slurm::new(commands, accounting))
+        let enforces_limits = settings
+            .get("EnforcePartLimits")
+            .is_some_and(|v| matches!(v.trim(), "ALL" | "ANY" | "YES"));
+        Ok(Slurm {
+            enforces_limits,
+            ..Slurm::new(commands, accounting)
+        })
     }
 
     async fn scontrol(&self, words: Vec<String>) -> Result<(), BatchError> {
@@ -97,6 +106,10 @@ fn check(answer: crate::Answer, id: &str) -> Result<(), BatchError> {
 impl BatchSystem for Slurm {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn refuses_impossible(&self) -> bool {
+        self.enforces_limits
     }
 
     fn render(&self, spec: &JobSpec) -> Result<Rendered, BatchError> {

@@ -106,6 +106,10 @@ pub enum Command {
         /// PBS: which one [default: pbspro].
         #[arg(long, value_enum)]
         flavor: Option<Flavor>,
+        /// Run the group's sessions as jobs of this system, each in WORK_DIR/USER/SESSION
+        /// (needs --work-dir).
+        #[arg(long)]
+        sessions: bool,
         #[command(flatten)]
         out: Out,
     },
@@ -281,6 +285,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             command,
             run_as,
             flavor,
+            sessions,
             out,
         } => {
             let config = BatchConfig {
@@ -294,6 +299,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     command,
                     run_as,
                     flavor: flavor.map(|f| super::api_value(&f)).transpose()?,
+                    sessions,
                 },
             };
             let group = group.name()?;
@@ -336,6 +342,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     ("command", or_dash(o.command.as_deref())),
                     ("run_as", or_dash(o.run_as.as_deref())),
                     ("flavor", o.flavor.map_or("-".into(), |f| render::word(&f))),
+                    ("sessions", o.sessions.to_string()),
                 ]);
             }
         }

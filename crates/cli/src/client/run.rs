@@ -39,7 +39,10 @@ pub async fn run_session(api: &Api, body: &NewSession, inputs: &[String]) -> Res
                     .unwrap_or("waiting for the next pass")
             ),
             SessionState::Scheduled => format!("scheduled on {}", agent()),
-            SessionState::Running => format!("running on {}", agent()),
+            SessionState::Running => match &view.batch_job {
+                Some(job) => format!("running as job {job}"),
+                None => format!("running on {}", agent()),
+            },
             other => word(&other),
         };
         if progress && note != last_note {

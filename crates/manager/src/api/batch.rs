@@ -259,6 +259,7 @@ pub(super) async fn submit_job(
         awaiting: spec.inputs.clone(),
         outputs: spec.outputs.clone(),
         release_after_inputs,
+        session: None,
     };
     app.store.record_batch_job(&name, &record, now()).await?;
     Ok((StatusCode::CREATED, Json(SubmittedJob { id })).into_response())

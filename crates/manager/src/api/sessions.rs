@@ -88,7 +88,7 @@ fn check_submit(b: &NewSession) -> Result<()> {
 #[utoipa::path(
     post,
     path = "/api/v1/sessions",
-    summary = "Submit a session; an infeasible request is refused with 422 and stored nowhere",
+    summary = "Submit a session; an infeasible request is refused with 422 and stored nowhere (on a group whose sessions run as batch jobs: 502, 503 or 504 when its scheduler fails)",
     request_body = NewSession,
     responses(
         (status = 201, description = "success", body = Submitted),
@@ -97,6 +97,9 @@ fn check_submit(b: &NewSession) -> Result<()> {
         (status = 403, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
         (status = 422, response = ErrorResponse),
+        (status = 502, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
+        (status = 504, response = ErrorResponse),
     )
 )]
 pub(super) async fn submit(
@@ -105,6 +108,31 @@ pub(super) async fn submit(
     Body(b): Body<NewSession>,
 ) -> Result<impl IntoResponse> {
     check_submit(&b)?;
+    let session = |group: String| Session {
+        id: SessionId(new_id("s")),
+        group,
+        owner: caller.user.clone(),
+        priority: b.priority,
+        request: b.request.clone(),
+        image: b.image.clone(),
+        kind: b.kind,
+        submitted_at: now(),
+        state: SessionState::Pending,
+        agent: None,
+        blocked_passes: 0,
+    };
+    let spec = Spec {
+        command: b.command,
+        inputs: b.inputs,
+        outputs: b.outputs,
+        environment: b.environment,
+    };
+    // The scheduler places sessions of a group whose sessions run as batch jobs.
+    if let Some(bound) = app.batches.for_sessions(&app, &b.group).await? {
+        let session = session(b.group.clone());
+        crate::batch_sessions::submit(&app, &bound, &session, &spec).await?;
+        return Ok(submitted(&session));
+    }
     let view = match app.control.views.get(&b.group) {
         Some(view) => view,
         None => {
@@ -138,34 +166,20 @@ pub(super) async fn submit(
         )
         .with_details(json!({"field": "request", "required": required})));
     }
-    let session = Session {
-        id: SessionId(new_id("s")),
-        group: view.group.name.clone(),
-        owner: caller.user,
-        priority: b.priority,
-        request: b.request,
-        image: b.image,
-        kind: b.kind,
-        submitted_at: now(),
-        state: SessionState::Pending,
-        agent: None,
-        blocked_passes: 0,
-    };
-    let spec = Spec {
-        command: b.command,
-        inputs: b.inputs,
-        outputs: b.outputs,
-        environment: b.environment,
-    };
+    let session = session(view.group.name.clone());
     let spec = serde_json::to_value(&spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     app.submitter.submit(session.clone(), spec).await?;
-    Ok((
+    Ok(submitted(&session))
+}
+
+fn submitted(session: &Session) -> (StatusCode, Json<Submitted>) {
+    (
         StatusCode::CREATED,
         Json(Submitted {
-            id: session.id.0,
+            id: session.id.0.clone(),
             state: session.state,
         }),
-    ))
+    )
 }
 
 /// What `caller` may see of the session: all of it if theirs (or an admin's view), else its
@@ -188,6 +202,7 @@ pub(super) fn view(r: SessionRecord) -> SessionView {
         end_reason: r.end_reason,
         exit_code: r.exit_code,
         updated_at: r.updated_at,
+        batch_job: r.batch_job,
         history: r.history,
     }
 }
@@ -272,7 +287,7 @@ pub(super) async fn get_session(
 #[utoipa::path(
     post,
     path = "/api/v1/sessions/{id}/cancel",
-    summary = "Cancel a session; 409 once it has ended",
+    summary = "Cancel a session (a batch job's too); 409 once it has ended",
     params(("id" = String, Path, description = "the session")),
     responses(
         (status = 200, description = "success", body = SessionView),
@@ -280,6 +295,9 @@ pub(super) async fn get_session(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
+        (status = 502, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
+        (status = 504, response = ErrorResponse),
     )
 )]
 pub(super) async fn cancel(
@@ -301,6 +319,9 @@ pub(super) async fn cancel(
                 state.as_str().unwrap_or("ended")
             ),
         ));
+    }
+    if record.batch_job.is_some() {
+        crate::batch_sessions::cancel_job(&app, &record).await?;
     }
     let record = app
         .store
