@@ -73,6 +73,9 @@ session=$(call POST /api/v1/sessions \
   '{"group": "fx", "command": ["true"], "request": "cpu=1", "inputs": ["in.txt"]}' |
   python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 call POST /api/v1/tokens '{"user": "fx-user"}' >/dev/null
+# The token these tests act with: never revoked by them.
+admin_id=$(call GET /api/v1/tokens |
+  python3 -c 'import json, sys; print([t["id"] for t in json.load(sys.stdin) if t["role"] == "admin"][0])')
 # Once placed on fx-agent, the session gets its input, an output and a log.
 for _ in $(seq 100); do
   call GET "/api/v1/sessions/$session" | grep -q '"state":"scheduled"' && break
@@ -102,6 +105,7 @@ import urllib.request
 import schemathesis
 
 SESSION = "$session"
+ADMIN_ID = "$admin_id"
 BASE = "$base"
 ADMIN = "$admin"
 SLOT_FIELDS = {"request", "capacity", "slots", "headroom", "min_slots"}
@@ -228,6 +232,9 @@ def before_call(ctx, case, kwargs):
         params["name"] = "fx"  # (links carry fx2 over from its binding)
     if path == "/api/v1/images/{name}" and method == "DELETE" and params.get("name") == "fx-image":
         params["name"] = "fx-image2"  # The image sessions name is never deleted.
+    # The fixture agent and the tests' own token stay: removing either would end the run.
+    if method == "DELETE" and path == "/api/v1/tokens/{id}" and params.get("id") == ADMIN_ID:
+        params["id"] = "fx-no-token"
     if not positive(case):
         return
     if path.startswith("/api/v1/groups/{name}") and "name" in params and params["name"] != "fx2":
@@ -236,6 +243,8 @@ def before_call(ctx, case, kwargs):
         params["name"] = pick(params["name"], "fx-image" if method != "DELETE" else "fx-image2")
     if path.startswith("/api/v1/agents/{id}") and "id" in params:
         params["id"] = pick(params["id"], "fx-agent")
+        if method == "DELETE" and path == "/api/v1/agents/{id}":
+            params["id"] = "fx-no-agent"
         if "session" in params and params["id"] == "fx-agent":
             params["session"] = SESSION
     if path.startswith("/api/v1/sessions/{id}") and "id" in params:
@@ -307,6 +316,14 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404",
 [[operations]]
 include-name = "POST /api/v1/groups/{name}/batch/jobs"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "400", "401", "403", "404", "409", "422"]
+
+[[operations]]
+include-name = "DELETE /api/v1/tokens/{id}"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409"]
+
+[[operations]]
+include-name = "DELETE /api/v1/agents/{id}"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "401", "403", "404", "409"]
 
 [[operations]]
 include-name = "PUT /api/v1/groups/{name}/batch"

@@ -49,13 +49,14 @@ schema_type!(
 pub fn refinements() -> Vec<(&'static str, Value)> {
     vec![
         (
-            // Bootstrap tokens are made per group (POST /groups/{name}/bootstrap-tokens).
-            "Role",
-            json!({
+            // Bootstrap tokens are made per group (POST /groups/{name}/bootstrap-tokens); a
+            // token's role as listed may be any.
+            "NewToken",
+            json!({"properties": {"role": {
                 "enum": ["admin", "user", "agent"],
                 "description": "bootstrap tokens are made per group \
                     (POST /api/v1/groups/{name}/bootstrap-tokens)"
-            }),
+            }}}),
         ),
         (
             // `check_submit`: a command, an image, or both.

@@ -83,7 +83,7 @@ pub struct SessionView {
     /// When its state last changed.
     pub updated_at: Timestamp,
     /// The scheduler's job that runs it, on a group whose sessions run as batch jobs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub batch_job: Option<String>,
     /// Its state changes, oldest first; in `GET /sessions/{id}` only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -73,3 +73,24 @@ pub struct BootstrapTokenCreated {
     pub group: String,
     pub expires_at: Timestamp,
 }
+
+/// A token as `GET /tokens` lists it (admin): who it is for and what it may do, never its
+/// secret nor its hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenInfo {
+    pub id: String,
+    pub role: Role,
+    /// The user; an agent token's agent; a bootstrap token's group.
+    pub user: String,
+    pub created_at: Timestamp,
+    /// A bootstrap token's end.
+    #[serde(default)]
+    pub expires_at: Option<Timestamp>,
+    /// When a bootstrap token was used.
+    #[serde(default)]
+    pub used_at: Option<Timestamp>,
+    /// The one agent id a bootstrap token may join as.
+    #[serde(default)]
+    pub agent: Option<String>,
+}

@@ -80,7 +80,7 @@ pub struct BatchOptions {
     pub work_dir: Option<String>,
     /// Sessions submitted to the group run as jobs of this system, each in
     /// `WORK_DIR/<user>/<session>` (so it needs `work_dir`) [default: false].
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub sessions: bool,
 }
 

@@ -11,33 +11,12 @@ mod common;
 use std::path::Path;
 use std::process::Output;
 
-use common::{text, Cluster, CORRAL};
+use common::{ok, text, Cluster};
 use serde_json::Value;
-
-/// `corral ARGS` with `token`.
-fn as_user(c: &Cluster, token: &str, args: &[&str]) -> Output {
-    std::process::Command::new(CORRAL)
-        .args(args)
-        .env("CORRAL_SERVER", c.url())
-        .env("CORRAL_TOKEN", token)
-        .env("CORRAL_CONFIG", c.dir.path().join("none.toml"))
-        .output()
-        .unwrap()
-}
 
 /// `corral batch SUB -g g ARGS` with `token`.
 fn batch(c: &Cluster, token: &str, sub: &str, args: &[&str]) -> Output {
-    as_user(c, token, &[&["batch", sub, "-g", "g"], args].concat())
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
+    c.as_user(token, &[&["batch", sub, "-g", "g"], args].concat())
 }
 
 /// The error a command failed with.
@@ -172,7 +151,7 @@ fn slurm_through_the_cli_each_user_sees_and_acts_on_their_own_jobs() {
         "--reason",
         "corral test",
     ];
-    assert!(fails(as_user(&c, &alice, &drain)).contains("admin"));
+    assert!(fails(c.as_user(&alice, &drain)).contains("admin"));
     ok(c.cli(&drain));
     let drained = |state: &'static str| {
         c.until(&format!("node {node} {state}"), || {

@@ -8,32 +8,9 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::process::Output;
 
-use common::{text, Cluster, CORRAL};
+use common::{ok, text, Cluster};
 use serde_json::Value;
-
-/// `corral ARGS` as `token`'s user, in `dir`.
-fn as_user(c: &Cluster, token: &str, dir: &std::path::Path, args: &[&str]) -> Output {
-    std::process::Command::new(CORRAL)
-        .args(args)
-        .current_dir(dir)
-        .env("CORRAL_SERVER", c.url())
-        .env("CORRAL_TOKEN", token)
-        .env("CORRAL_CONFIG", c.dir.path().join("none.toml"))
-        .output()
-        .unwrap()
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "stdout: {}\nstderr: {}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
 
 /// Binds group g with `bind` and `--sessions`, staging in a fresh directory the jobs' account
 /// may write; `None` (skipped) when the scheduler does not answer here.
@@ -72,8 +49,7 @@ fn bind(c: &Cluster, bind: &[&str], scheduler: &str) -> Option<tempfile::TempDir
 
 /// The sessions `token`'s user sees.
 fn sessions(c: &Cluster, token: &str, dir: &std::path::Path) -> Vec<Value> {
-    serde_json::from_str(&ok(as_user(
-        c,
+    serde_json::from_str(&ok(c.as_user_in(
         token,
         dir,
         &["session", "ls", "-o", "json"],
@@ -82,8 +58,7 @@ fn sessions(c: &Cluster, token: &str, dir: &std::path::Path) -> Vec<Value> {
 }
 
 fn session(c: &Cluster, token: &str, dir: &std::path::Path, id: &str) -> Value {
-    serde_json::from_str(&ok(as_user(
-        c,
+    serde_json::from_str(&ok(c.as_user_in(
         token,
         dir,
         &["session", "get", id, "-o", "json"],
@@ -103,8 +78,7 @@ fn sessions_run_as_jobs(c: &Cluster, impossible: &str, refusal: &[&str]) {
     let here = work.path();
     std::fs::write(here.join("numbers.txt"), "1\n2\n3\n").unwrap();
     let run = |args: &[&str]| {
-        as_user(
-            c,
+        c.as_user_in(
             &alice,
             here,
             &[
@@ -142,8 +116,7 @@ fn sessions_run_as_jobs(c: &Cluster, impossible: &str, refusal: &[&str]) {
     let job = first["batch_job"].as_str().expect("the job's id is shown");
     let id = first["id"].as_str().unwrap();
     let got = here.join("got");
-    ok(as_user(
-        c,
+    ok(c.as_user_in(
         &alice,
         here,
         &["session", "outputs", id, "--dir", got.to_str().unwrap()],
@@ -153,8 +126,7 @@ fn sessions_run_as_jobs(c: &Cluster, impossible: &str, refusal: &[&str]) {
         "42\n"
     );
     // The scheduler's job is alice's in the job API too.
-    let shown: Value = serde_json::from_str(&ok(as_user(
-        c,
+    let shown: Value = serde_json::from_str(&ok(c.as_user_in(
         &alice,
         here,
         &["batch", "job", "-g", "g", job, "-o", "json"],
@@ -175,8 +147,7 @@ fn sessions_run_as_jobs(c: &Cluster, impossible: &str, refusal: &[&str]) {
     assert_eq!(failed["state"], "failed", "{failed}");
 
     // A log is read while the job runs; cancelling the session cancels the job.
-    let submitted = ok(as_user(
-        c,
+    let submitted = ok(c.as_user_in(
         &alice,
         here,
         &[
@@ -195,15 +166,14 @@ fn sessions_run_as_jobs(c: &Cluster, impossible: &str, refusal: &[&str]) {
     let id = submitted.trim();
     let running = c.until_for(90, "the job to run and write its log", || {
         let running = session(c, &alice, here, id);
-        let log = as_user(c, &alice, here, &["session", "logs", id]);
+        let log = c.as_user_in(&alice, here, &["session", "logs", id]);
         (running["state"] == "running" && text(&log.stdout) == "started\n").then_some(running)
     });
     let job = running["batch_job"].as_str().unwrap().to_string();
-    ok(as_user(c, &alice, here, &["session", "cancel", id]));
+    ok(c.as_user_in(&alice, here, &["session", "cancel", id]));
     assert_eq!(session(c, &alice, here, id)["state"], "cancelled");
     c.until_for(90, "the job to be cancelled", || {
-        let out = as_user(
-            c,
+        let out = c.as_user_in(
             &alice,
             here,
             &["batch", "job", "-g", "g", &job, "-o", "json"],
@@ -212,15 +182,14 @@ fn sessions_run_as_jobs(c: &Cluster, impossible: &str, refusal: &[&str]) {
         (job["state"] == "cancelled").then_some(())
     });
     assert_eq!(
-        text(&as_user(c, &alice, here, &["session", "logs", id]).stdout),
+        text(&c.as_user_in(&alice, here, &["session", "logs", id]).stdout),
         "started\n",
         "the log is kept"
     );
 
     // A request the scheduler can never satisfy is refused at once, in its words.
     let before = listed.len();
-    let out = as_user(
-        c,
+    let out = c.as_user_in(
         &alice,
         here,
         &[

@@ -21,7 +21,7 @@ mod tokens;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use corral_core::{ScalingGroup, Snapshot};
 
@@ -70,7 +70,11 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/api/v1/health", get(health))
         .route("/api/v1/openapi.json", get(openapi_json))
-        .route("/api/v1/tokens", post(tokens::new_token))
+        .route(
+            "/api/v1/tokens",
+            get(tokens::list_tokens).post(tokens::new_token),
+        )
+        .route("/api/v1/tokens/{id}", delete(tokens::revoke_token))
         .route(
             "/api/v1/groups",
             get(groups::list_groups).post(groups::create_group),
@@ -166,7 +170,10 @@ pub fn router(app: App) -> Router {
             "/api/v1/agents",
             get(agent_registry::list_agents).post(agent_registry::register_agent),
         )
-        .route("/api/v1/agents/{id}", get(agent_registry::get_agent))
+        .route(
+            "/api/v1/agents/{id}",
+            get(agent_registry::get_agent).delete(agent_registry::remove_agent),
+        )
         .route("/api/v1/agents/{id}/drain", post(agent_registry::drain))
         .route("/api/v1/agents/{id}/unmark", post(agent_registry::unmark))
         .route("/api/v1/events", get(events::list_events))

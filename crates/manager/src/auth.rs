@@ -315,6 +315,17 @@ impl TokenCache {
         (same && at.elapsed() < TOKEN_TTL).then(|| caller.clone())
     }
 
+    /// Drops a revoked token at once (other managers' caches keep it up to `TOKEN_TTL`).
+    pub fn forget(&self, hash: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map
+            .get(cache_key(hash))
+            .is_some_and(|(stored, _, _)| stored == hash)
+        {
+            map.remove(cache_key(hash));
+        }
+    }
+
     fn put(&self, hash: String, caller: Caller) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, (_, _, at)| at.elapsed() < TOKEN_TTL);

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use corral_batch::{BatchConfig, BatchError, BatchSystem};
@@ -21,10 +22,17 @@ pub struct Bound {
 /// A group's bound system and the binding (JSON) as stored.
 type Connected = (String, Arc<Bound>);
 
+/// How long a group known to run its sessions on agents is taken to still do so: submits read
+/// no binding meanwhile (a binding changed through another manager reaches this one's submits
+/// within this time; through this one, at once).
+const ON_AGENTS_FOR: Duration = Duration::from_secs(5);
+
 /// The connected adaptor of each group.
 #[derive(Default)]
 pub struct Batches {
     connected: Mutex<HashMap<String, Connected>>,
+    /// Groups whose sessions run on agents, and since when that is known.
+    on_agents: Mutex<HashMap<String, Instant>>,
 }
 
 impl Batches {
@@ -66,33 +74,42 @@ impl Batches {
     }
 
     /// The group's batch system if its sessions run as its jobs (binding option `sessions`);
-    /// `None` for any other group, or one that does not exist (its submit says so).
+    /// `None` for any other group, or one that does not exist (its submit says so). A group
+    /// found running its sessions on agents is taken to go on doing so for `ON_AGENTS_FOR`, so
+    /// that its submits read no binding.
     pub async fn for_sessions(
         &self,
         app: &App,
         group: &str,
     ) -> Result<Option<Arc<Bound>>, ApiError> {
+        let known = self.on_agents().get(group).copied();
+        if known.is_some_and(|since| since.elapsed() < ON_AGENTS_FOR) {
+            return Ok(None);
+        }
         let stored = match app.store.get_group_batch(group).await {
-            Ok(Some(stored)) => stored,
-            Ok(None) | Err(corral_store::StoreError::NotFound { .. }) => return Ok(None),
+            Ok(Some(stored)) => Some(stored),
+            Ok(None) => None,
+            Err(corral_store::StoreError::NotFound { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        if let Some((json, bound)) = self.lock().get(group) {
-            if *json == stored {
-                return Ok(bound.config.options.sessions.then(|| bound.clone()));
-            }
-        }
-        let sessions =
-            serde_json::from_str::<BatchConfig>(&stored).is_ok_and(|c| c.options.sessions);
+        let sessions = stored.as_deref().is_some_and(|stored| {
+            serde_json::from_str::<BatchConfig>(stored).is_ok_and(|c| c.options.sessions)
+        });
         if !sessions {
+            self.on_agents().insert(group.to_string(), Instant::now());
             return Ok(None);
         }
         self.of(app, group).await.map(Some)
     }
 
-    /// Forgets the group's adaptor (its binding changed or went).
+    /// Forgets the group's adaptor and how its sessions run (its binding changed or went).
     pub fn forget(&self, group: &str) {
         self.lock().remove(group);
+        self.on_agents().remove(group);
+    }
+
+    fn on_agents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.on_agents.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Connected>> {

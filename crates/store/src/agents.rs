@@ -314,4 +314,56 @@ impl Store {
         tx.commit().await?;
         Ok(held)
     }
+
+    /// Removes agent `id` with its tokens (an agent token, an unused bootstrap token made for
+    /// it) and an event, in one transaction: a lost or terminated agent, or any that runs no
+    /// session. Returns its group and the revoked tokens' hashes. `NotFound` if there is no such
+    /// agent, `Refused` naming the sessions it runs.
+    pub async fn remove_agent(&self, id: &str, now: Timestamp) -> Result<(String, Vec<String>)> {
+        let mut tx = self.write_tx().await?;
+        let row = sqlx::query(self.locking(crate::locked!(
+            "SELECT group_name FROM agents WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| StoreError::not_found("agent", id))?;
+        let group = Fields::new(&row, "agent", "group_name")?.text("group_name")?;
+        let running: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM sessions WHERE agent = $1 AND state IN ('scheduled', 'running') \
+             ORDER BY id LIMIT 11",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        if !running.is_empty() {
+            let shown = running
+                .iter()
+                .take(10)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            let more = if running.len() > 10 { ", ..." } else { "" };
+            return Err(StoreError::Refused(format!(
+                "agent {id:?} runs sessions ({shown}{more}): cancel them, or drain the agent \
+                 and wait for them to end"
+            )));
+        }
+        sqlx::query("DELETE FROM agents WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let revoked = crate::tokens::revoke_agent_tokens(&mut tx, id).await?;
+        let event = NewEvent {
+            at: now,
+            group: Some(group.clone()),
+            session: None,
+            agent: Some(id.to_string()),
+            kind: "removed".into(),
+            message: format!("agent {id} removed ({} token(s) revoked)", revoked.len()),
+        };
+        insert_event(&mut tx, &event).await?;
+        tx.commit().await?;
+        Ok((group, revoked))
+    }
 }

@@ -22,6 +22,7 @@ mod sessions;
 /// Fresh PostgreSQL databases, for tests of this crate and its users (the `testing` feature).
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+mod tokens;
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};

@@ -1474,3 +1474,100 @@ on_both!(sessions_run_as_batch_jobs_are_left_to_their_jobs, |db| {
         vec![("g".to_string(), r#"{"system":"slurm"}"#.to_string())]
     );
 });
+
+on_both!(
+    an_agent_that_runs_nothing_is_removed_with_its_tokens,
+    |db| {
+        let s = &db.store;
+        populate(
+            s,
+            "g",
+            &[agent("a1", "g", "cpu=4")],
+            &[session("s1", "g", "alice", "cpu=1", 1)],
+        )
+        .await;
+        s.insert_token("t-agent", "hash-agent", Role::Agent, "a1", t(2))
+            .await
+            .unwrap();
+        s.insert_token("t-alice", "hash-alice", Role::User, "alice", t(2))
+            .await
+            .unwrap();
+        let snap = s.snapshot("g", t(3)).await.unwrap();
+        let placed = Decisions {
+            placements: vec![place("s1", "a1", "cpu=1")],
+            ..Default::default()
+        };
+        s.apply("g", &snap, &placed, t(3)).await.unwrap();
+
+        // While it runs a session it stays, and the refusal names the session.
+        match s.remove_agent("a1", t(4)).await {
+            Err(StoreError::Refused(why)) => assert!(why.contains("s1"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(s.get_agent("a1").await.unwrap().is_some());
+        s.cancel_session("s1", t(5), "x").await.unwrap();
+        let (group, revoked) = s.remove_agent("a1", t(6)).await.unwrap();
+        assert_eq!(
+            (group.as_str(), revoked),
+            ("g", vec!["hash-agent".to_string()])
+        );
+        assert!(s.get_agent("a1").await.unwrap().is_none());
+        let left: Vec<String> = s
+            .list_tokens()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(left, ["t-alice"], "the user's token stays");
+        let removed = s
+            .list_events(&EventFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .any(|e| e.kind == "removed" && e.agent.as_deref() == Some("a1"));
+        assert!(removed);
+        assert!(matches!(
+            s.remove_agent("a1", t(7)).await,
+            Err(StoreError::NotFound { .. })
+        ));
+        // With its agent gone and its session ended, the group can go.
+        s.delete_group("g").await.unwrap();
+    }
+);
+
+on_both!(
+    tokens_are_listed_without_secrets_and_the_last_admin_stays,
+    |db| {
+        let s = &db.store;
+        s.insert_token("t1", "h1", Role::Admin, "root", t(1))
+            .await
+            .unwrap();
+        s.insert_token("t2", "h2", Role::User, "bob", t(2))
+            .await
+            .unwrap();
+        let listed = s.list_tokens().await.unwrap();
+        assert_eq!(
+            listed
+                .iter()
+                .map(|t| (t.id.as_str(), t.role, t.user.as_str()))
+                .collect::<Vec<_>>(),
+            [("t1", Role::Admin, "root"), ("t2", Role::User, "bob")]
+        );
+        assert!(!serde_json::to_string(&listed).unwrap().contains("h1"));
+        assert_eq!(s.revoke_token("t2").await.unwrap(), "h2");
+        assert!(s.find_token_by_hash("h2", t(3)).await.unwrap().is_none());
+        assert!(matches!(
+            s.revoke_token("t2").await,
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            s.revoke_token("t1").await,
+            Err(StoreError::Refused(_))
+        ));
+        s.insert_token("t3", "h3", Role::Admin, "ops", t(4))
+            .await
+            .unwrap();
+        assert_eq!(s.revoke_token("t1").await.unwrap(), "h1");
+    }
+);

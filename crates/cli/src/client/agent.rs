@@ -1,4 +1,4 @@
-//! `corral agent`: list agents, register one by hand, drain and unmark.
+//! `corral agent`: list agents, register one by hand, drain, unmark and remove.
 
 use std::collections::BTreeMap;
 
@@ -61,6 +61,14 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// Remove an agent and revoke its tokens (admin): a lost or terminated one, or any that
+    /// runs no session.
+    Rm {
+        /// The agent's id.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
 }
 
 pub async fn run(api: &Api, command: Command) -> Result<()> {
@@ -93,6 +101,12 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         Command::Drain { id, out } => show(api.post(&["agents", &id, "drain"], None).await?, out)?,
         Command::Unmark { id, out } => {
             show(api.post(&["agents", &id, "unmark"], None).await?, out)?
+        }
+        Command::Rm { id, out } => {
+            let reply = api.delete(&["agents", &id]).await?;
+            if !render::json(out.output, &reply) {
+                println!("agent {id} removed");
+            }
         }
     }
     Ok(())

@@ -1,11 +1,12 @@
-//! `corral token`: API tokens. The secret is shown once and stored nowhere.
+//! `corral token`: API tokens: create (the secret is shown once and stored nowhere), list,
+//! revoke.
 
 use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
-use corral_api::tokens::{NewToken, TokenCreated};
+use corral_api::tokens::{NewToken, TokenCreated, TokenInfo};
 
 use super::http::{json, parse, Api};
-use super::render::{self, word};
+use super::render::{self, opt_time, or_dash, table, time, word};
 use super::{api_value, Out};
 
 #[derive(Subcommand)]
@@ -17,6 +18,19 @@ pub enum Command {
         /// Admins manage groups, images, agents and tokens; users submit and see their own sessions.
         #[arg(long, value_enum, default_value_t = Role::User)]
         role: Role,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// List every token (admin): id, role, whose, when made; a bootstrap token's expiry and
+    /// use. Never a secret.
+    Ls {
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Revoke a token at once (admin); the last admin token cannot be revoked.
+    Revoke {
+        /// The token's id, as `token ls` shows it.
+        id: String,
         #[command(flatten)]
         out: Out,
     },
@@ -53,6 +67,38 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 created.user,
                 word(&created.role)
             );
+        }
+        Command::Ls { out } => {
+            let reply = api.get(&["tokens"], &[]).await?;
+            if render::json(out.output, &reply) {
+                return Ok(());
+            }
+            let tokens: Vec<TokenInfo> = parse(&reply)?;
+            let rows: Vec<Vec<String>> = tokens
+                .iter()
+                .map(|t| {
+                    vec![
+                        t.id.clone(),
+                        word(&t.role),
+                        t.user.clone(),
+                        time(t.created_at.0),
+                        opt_time(t.expires_at.map(|t| t.0)),
+                        opt_time(t.used_at.map(|t| t.0)),
+                        or_dash(t.agent.as_deref()),
+                    ]
+                })
+                .collect();
+            table(
+                "tokens",
+                &["ID", "ROLE", "USER", "CREATED", "EXPIRES", "USED", "AGENT"],
+                &rows,
+            );
+        }
+        Command::Revoke { id, out } => {
+            let reply = api.delete(&["tokens", &id]).await?;
+            if !render::json(out.output, &reply) {
+                println!("token {id} revoked");
+            }
         }
     }
     Ok(())

@@ -180,6 +180,23 @@ impl Cluster {
             .unwrap()
     }
 
+    /// `corral ARGS` as the user of `token`, in `dir`.
+    pub fn as_user_in(&self, token: &str, dir: &Path, args: &[&str]) -> Output {
+        Command::new(CORRAL)
+            .args(args)
+            .current_dir(dir)
+            .env("CORRAL_SERVER", self.url())
+            .env("CORRAL_TOKEN", token)
+            .env("CORRAL_CONFIG", self.dir.path().join("none.toml"))
+            .output()
+            .unwrap()
+    }
+
+    /// `corral ARGS` as the user of `token`.
+    pub fn as_user(&self, token: &str, args: &[&str]) -> Output {
+        self.as_user_in(token, self.dir.path(), args)
+    }
+
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         serde_json::from_slice(&self.cli(args).stdout).unwrap_or_default()
     }
@@ -247,4 +264,15 @@ impl Cluster {
             .and_then(|l| l.iter().find(|s| s["id"] == id).cloned())
             .unwrap_or_default()
     }
+}
+
+/// A command's standard output, once it succeeded (else the test fails with what it printed).
+pub fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "stdout: {}\nstderr: {}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
 }

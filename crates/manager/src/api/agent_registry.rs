@@ -198,3 +198,33 @@ async fn set_mark(app: App, caller: Caller, id: String, marked: bool) -> Result<
     app.control.wake(&agent.group);
     Ok(Json(find_agent(&app, &id).await?))
 }
+
+#[utoipa::path(
+    delete,
+    path = "/api/v1/agents/{id}",
+    summary = "Remove an agent with its tokens (a lost or terminated one, or any that runs no session); 409 naming the sessions it runs (admin)",
+    params(("id" = Name, Path, description = "the agent")),
+    responses(
+        (status = 204, description = "removed"),
+        (status = 400, response = ErrorResponse),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+    )
+)]
+pub(super) async fn remove_agent(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode> {
+    caller.require_admin()?;
+    check_name("id", &id)?;
+    let (group, revoked) = app.store.remove_agent(&id, now()).await?;
+    for hash in &revoked {
+        app.tokens.forget(hash);
+    }
+    app.control.wake(&group);
+    app.control.wake_agent(&id);
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -7,7 +7,9 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use corral_api::tokens::{BootstrapTokenCreated, NewBootstrapToken, NewToken, TokenCreated};
+use corral_api::tokens::{
+    BootstrapTokenCreated, NewBootstrapToken, NewToken, TokenCreated, TokenInfo,
+};
 use corral_store::Role;
 
 use super::{find_group, Result};
@@ -53,6 +55,48 @@ pub(super) async fn new_token(
             token,
         }),
     ))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/tokens",
+    summary = "Every token, oldest first: whose, its role, a bootstrap token's expiry and use; never a secret (admin)",
+    responses(
+        (status = 200, description = "success", body = Vec<TokenInfo>),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+    )
+)]
+pub(super) async fn list_tokens(
+    State(app): State<App>,
+    caller: Caller,
+) -> Result<Json<Vec<TokenInfo>>> {
+    caller.require_admin()?;
+    Ok(Json(app.store.list_tokens().await?))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/api/v1/tokens/{id}",
+    summary = "Revoke a token at once; 409 for the last admin token (admin)",
+    params(("id" = String, Path, description = "the token's id")),
+    responses(
+        (status = 204, description = "revoked"),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
+        (status = 409, response = ErrorResponse),
+    )
+)]
+pub(super) async fn revoke_token(
+    State(app): State<App>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode> {
+    caller.require_admin()?;
+    let hash = app.store.revoke_token(&id).await?;
+    app.tokens.forget(&hash);
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// A one-time token an agent joins this group with; it expires unused after `ttl_secs`.
