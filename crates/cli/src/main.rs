@@ -68,6 +68,10 @@ enum Command {
         /// on_agent_lost policy.
         #[arg(long, default_value_t = 30)]
         lost_after_secs: u64,
+        /// Seconds after which terminated agents (with their tokens), ended instances and used
+        /// or expired bootstrap tokens are forgotten; 0 keeps them [default: a week].
+        #[arg(long, default_value_t = corral_manager::DEFAULT_RETENTION.as_secs())]
+        retention_secs: u64,
         /// The URL agents that providers launch use to reach this manager [default:
         /// http://<listen>, with 127.0.0.1 for 0.0.0.0].
         #[arg(long, env = "CORRAL_ADVERTISE_URL", value_name = "URL")]
@@ -213,6 +217,7 @@ fn run(cli: Cli) -> Result<()> {
             tick_secs,
             heartbeat_secs,
             lost_after_secs,
+            retention_secs,
             advertise_url,
             tls_cert,
             tls_key,
@@ -255,6 +260,8 @@ fn run(cli: Cli) -> Result<()> {
                 tick,
                 heartbeat: std::time::Duration::from_secs(heartbeat_secs.max(1)),
                 lost_after: std::time::Duration::from_secs(lost_after_secs),
+                retention: (retention_secs > 0)
+                    .then(|| std::time::Duration::from_secs(retention_secs)),
                 advertise_url,
                 connections: Connections {
                     header_timeout: std::time::Duration::from_secs(header_timeout_secs),

@@ -1,6 +1,6 @@
 //! Lifecycles that end, as an admin types them: an agent removed once it runs nothing (with the
 //! token its join made), then its group deleted; tokens listed and revoked, a revoked one
-//! refused at once.
+//! refused at once; an expired bootstrap token forgotten after the manager's retention.
 
 mod common;
 
@@ -102,4 +102,25 @@ fn a_revoked_token_is_refused_at_once_and_the_last_admin_token_stays() {
         text(&refused.stderr)
     );
     ok(c.cli(&["session", "ls"]));
+}
+
+#[test]
+fn an_expired_bootstrap_token_is_forgotten_after_the_retention() {
+    let c = Cluster::start_with(60, &["--retention-secs", "1"]);
+    ok(c.cli(&["group", "create", "g"]));
+    ok(c.cli(&["group", "bootstrap-token", "g", "--ttl-secs", "1"]));
+    let bootstrap = |tokens: &Value| {
+        tokens
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["role"] == "bootstrap"))
+    };
+    assert!(bootstrap(&c.json(&["token", "ls", "-o", "json"])));
+    // Expired after 1 s, forgotten 1 s later, at the next prune (every second here).
+    c.until("the expired token to be forgotten", || {
+        (!bootstrap(&c.json(&["token", "ls", "-o", "json"]))).then_some(())
+    });
+    assert!(
+        ok(c.cli(&["token", "ls"])).contains("admin"),
+        "the admin token stays"
+    );
 }

@@ -44,6 +44,9 @@ pub struct Config {
     pub heartbeat: Duration,
     /// An agent silent this long is lost; its sessions follow its group's `on_agent_lost`.
     pub lost_after: Duration,
+    /// Terminated agents, ended instances and used or expired bootstrap tokens are forgotten
+    /// this long after they ended; `None` keeps them.
+    pub retention: Option<Duration>,
     /// Where agents that providers launch reach the manager [default: `http://<listen>`
     /// (`https://` with TLS), with 127.0.0.1 for an unspecified address].
     pub advertise_url: Option<String>,
@@ -58,6 +61,9 @@ pub struct Config {
     pub tls: Option<serve::TlsFiles>,
 }
 
+/// How long what ended is kept by default: a week.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -68,6 +74,7 @@ impl Default for Config {
             min_pass_interval: Duration::from_millis(20),
             heartbeat: Duration::from_secs(5),
             lost_after: Duration::from_secs(30),
+            retention: Some(DEFAULT_RETENTION),
             advertise_url: None,
             corral_binary: None,
             secrets_key: secrets::KeySource::default(),
@@ -205,7 +212,31 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
     tokio::spawn(agents::watch_liveness(app.clone()));
     tokio::spawn(agents::watch_termination(app.clone()));
     tokio::spawn(batch_sessions::follow(app.clone()));
+    if let Some(retention) = config.retention {
+        tokio::spawn(forget_the_ended(app.store.clone(), retention));
+    }
     Ok(app)
+}
+
+/// Prunes what ended more than `retention` ago, at start and then every ten minutes (or a
+/// tenth of the retention, if shorter).
+async fn forget_the_ended(store: Store, retention: Duration) {
+    let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(600));
+    loop {
+        let kept = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let before = Timestamp(now().0.saturating_sub(kept));
+        match store.prune(before).await {
+            Ok(p) if p == corral_store::Pruned::default() => {}
+            Ok(p) => tracing::info!(
+                agents = p.agents,
+                instances = p.instances,
+                tokens = p.tokens,
+                "forgot what ended before the retention"
+            ),
+            Err(e) => tracing::warn!(error = %e, "pruning what ended failed; trying again later"),
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// The data directory holds the database, the admin token and the secrets key: it is created

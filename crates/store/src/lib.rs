@@ -18,6 +18,7 @@ mod cycle;
 mod error;
 mod events;
 mod instances;
+mod retention;
 mod sessions;
 /// Fresh PostgreSQL databases, for tests of this crate and its users (the `testing` feature).
 #[cfg(any(test, feature = "testing"))]
@@ -42,6 +43,7 @@ pub use cycle::MAX_PENDING_PER_PASS;
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
 pub use instances::{InstancePhase, InstanceRecord};
+pub use retention::Pruned;
 pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
 
 /// The migrations, embedded in the binary: (version, description, SQLite SQL, PostgreSQL SQL).

@@ -1571,3 +1571,79 @@ on_both!(
         assert_eq!(s.revoke_token("t1").await.unwrap(), "h1");
     }
 );
+
+on_both!(what_ended_before_the_retention_is_forgotten, |db| {
+    let s = &db.store;
+    populate(
+        s,
+        "g",
+        &[agent("old", "g", "cpu=1"), agent("live", "g", "cpu=1")],
+        &[],
+    )
+    .await;
+    // The old agent was terminated long ago; the live one is alive and as old.
+    let mut old = s.get_agent("old").await.unwrap().unwrap();
+    old.state = AgentState::Terminated;
+    s.upsert_agent(&old, t(1)).await.unwrap();
+    s.insert_token("t-old", "h-old", Role::Agent, "old", t(1))
+        .await
+        .unwrap();
+    s.insert_token("t-live", "h-live", Role::Agent, "live", t(1))
+        .await
+        .unwrap();
+    // Bootstrap tokens: one expired long ago, one used long ago, one still good.
+    s.insert_bootstrap_token("b-expired", "hb1", "g", None, t(5), t(1))
+        .await
+        .unwrap();
+    s.insert_bootstrap_token("b-used", "hb2", "g", None, t(500), t(1))
+        .await
+        .unwrap();
+    s.consume_bootstrap_token("hb2", "x", t(2)).await.unwrap();
+    s.insert_bootstrap_token("b-good", "hb3", "g", None, t(5000), t(1))
+        .await
+        .unwrap();
+    // Two instances: one failed long ago, one still requested.
+    let snap = s.snapshot("g", t(2)).await.unwrap();
+    let launch = Decisions {
+        launches: vec![Launch {
+            template: "small".into(),
+            count: 2,
+            reason: "demand".into(),
+        }],
+        ..Default::default()
+    };
+    s.apply("g", &snap, &launch, t(2)).await.unwrap();
+    let launched = s
+        .list_instances("g", &InstancePhase::IN_FLIGHT)
+        .await
+        .unwrap();
+    s.move_instance(
+        &launched[0].id,
+        &[InstancePhase::Requested],
+        InstancePhase::Failed,
+        None,
+        "x",
+        t(3),
+    )
+    .await
+    .unwrap();
+
+    let pruned = s.prune(t(100)).await.unwrap();
+    assert_eq!(
+        (pruned.agents, pruned.instances, pruned.tokens),
+        (1, 1, 3),
+        "the old agent and its token, the failed instance, two bootstrap tokens"
+    );
+    assert!(s.get_agent("old").await.unwrap().is_none());
+    assert!(s.get_agent("live").await.unwrap().is_some(), "alive: kept");
+    let tokens: Vec<String> = s
+        .list_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(tokens, ["b-good", "t-live"]);
+    assert!(s.get_instance(&launched[1].id).await.unwrap().is_some());
+    assert_eq!(s.prune(t(100)).await.unwrap(), Default::default());
+});

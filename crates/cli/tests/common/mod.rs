@@ -110,14 +110,16 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// `corral server` on `data`, its agents lost after `lost_after` seconds of silence.
-fn server_command(data: &Path, lost_after: u32) -> Command {
+/// `corral server` on `data`, its agents lost after `lost_after` seconds of silence, with
+/// `extra` flags.
+fn server_command(data: &Path, lost_after: u32, extra: &[String]) -> Command {
     let mut command = Command::new(CORRAL);
     command
         .args(["server", "--data-dir"])
         .arg(data)
         .args(["--heartbeat-secs", "1", "--lost-after-secs"])
         .arg(lost_after.to_string())
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     command
@@ -131,13 +133,23 @@ pub struct Cluster {
     pub lost_after: u32,
     pub token: String,
     pub server: Option<Proc>,
+    /// The server's flags beside the data directory and the heartbeat's.
+    server_args: Vec<String>,
 }
 
 impl Cluster {
     pub fn start(lost_after: u32) -> Cluster {
+        Cluster::start_with(lost_after, &[])
+    }
+
+    /// [`Cluster::start`], the server started with `flags` too.
+    pub fn start_with(lost_after: u32, flags: &[&str]) -> Cluster {
+        let server_args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        let (server, port) = start_manager(&data, &[], || server_command(&data, lost_after));
+        let (server, port) = start_manager(&data, &[], || {
+            server_command(&data, lost_after, &server_args)
+        });
         let token = std::fs::read_to_string(data.join("admin.token"))
             .unwrap()
             .trim()
@@ -149,6 +161,7 @@ impl Cluster {
             lost_after,
             token,
             server: Some(server),
+            server_args,
         }
     }
 
@@ -156,7 +169,7 @@ impl Cluster {
     pub fn start_server(&mut self) {
         let data = self.dir.path().join("data");
         let server = start_manager_on(self.port, &data, &[], || {
-            server_command(&data, self.lost_after)
+            server_command(&data, self.lost_after, &self.server_args)
         });
         self.server = Some(server.expect("the server restarts on its port"));
     }
