@@ -80,6 +80,9 @@ pub struct SessionView {
     pub end_reason: Option<String>,
     /// The exit code its command ended with, once it ran.
     pub exit_code: Option<i32>,
+    /// When it started running.
+    #[serde(default)]
+    pub started_at: Option<Timestamp>,
     /// When its state last changed.
     pub updated_at: Timestamp,
     /// The scheduler's job that runs it, on a group whose sessions run as batch jobs.
@@ -118,6 +121,21 @@ pub struct SessionQuery {
     pub limit: Option<u32>,
     /// A session id: continue after it.
     pub after: Option<String>,
+    /// By submission: `oldest` first [default] or `newest` first.
+    pub order: Option<Order>,
+    /// Only sessions not ended (pending, scheduled, running) with `true`; only ended ones with
+    /// `false`.
+    pub active: Option<bool>,
+}
+
+/// Which sessions a listing shows first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum Order {
+    #[default]
+    Oldest,
+    Newest,
 }
 
 /// One file of a session's outputs (`GET /sessions/{id}/outputs`), `path` relative to its

@@ -127,7 +127,8 @@ fn dev_runs_a_session_and_returns_its_output_and_exit_code() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let list = corral(dir.path(), &["session", "ls", "-o", "json"]);
     let sessions: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
-    let last = sessions.as_array().unwrap().last().unwrap();
+    // Newest first.
+    let last = sessions.as_array().unwrap().first().unwrap();
     assert_eq!(last["state"], "succeeded");
     assert_eq!(last["exit_code"], 0);
     let id = last["id"].as_str().unwrap();

@@ -71,6 +71,11 @@ pub struct SessionFilter {
     /// At most this many; `None`: all.
     pub limit: Option<u32>,
     pub after_id: Option<String>,
+    /// Newest first (by submission, then id, both descending); `after_id` then continues
+    /// towards older ones.
+    pub newest_first: bool,
+    /// Only those not ended (pending, scheduled, running), or only ended ones.
+    pub active: Option<bool>,
 }
 
 pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
@@ -241,7 +246,7 @@ impl Store {
         Ok(record)
     }
 
-    /// Sessions matching the filter, by (submitted_at, id), without history.
+    /// Sessions matching the filter, by (submitted_at, id) (or the reverse), without history.
     /// `NotFound` if `after_id` names no session.
     pub async fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRecord>> {
         let mut w = Where::default();
@@ -257,6 +262,11 @@ impl Store {
         if let Some(agent) = &filter.agent {
             w.and("agent = ?", [Arg::Text(agent.clone())]);
         }
+        match filter.active {
+            Some(true) => w.and("state IN ('pending', 'scheduled', 'running')", []),
+            Some(false) => w.and("state NOT IN ('pending', 'scheduled', 'running')", []),
+            None => {}
+        }
         if let Some(after) = &filter.after_id {
             let at: Option<i64> =
                 sqlx::query_scalar("SELECT submitted_at FROM sessions WHERE id = $1")
@@ -264,13 +274,23 @@ impl Store {
                     .fetch_optional(&self.read)
                     .await?;
             let at = at.ok_or_else(|| StoreError::not_found("session", after))?;
+            let keyset = if filter.newest_first {
+                "(submitted_at < ? OR (submitted_at = ? AND id < ?))"
+            } else {
+                "(submitted_at > ? OR (submitted_at = ? AND id > ?))"
+            };
             w.and(
-                "(submitted_at > ? OR (submitted_at = ? AND id > ?))",
+                keyset,
                 [Arg::Int(at), Arg::Int(at), Arg::Text(after.clone())],
             );
         }
+        let order = if filter.newest_first {
+            "submitted_at DESC, id DESC"
+        } else {
+            "submitted_at, id"
+        };
         let mut sql = format!(
-            "SELECT {} FROM sessions{} ORDER BY submitted_at, id",
+            "SELECT {} FROM sessions{} ORDER BY {order}",
             session_columns!(),
             w.sql()
         );

@@ -1647,3 +1647,43 @@ on_both!(what_ended_before_the_retention_is_forgotten, |db| {
     assert!(s.get_instance(&launched[1].id).await.unwrap().is_some());
     assert_eq!(s.prune(t(100)).await.unwrap(), Default::default());
 });
+
+on_both!(sessions_are_listed_newest_first_and_by_activity, |db| {
+    let s = &db.store;
+    populate(
+        s,
+        "g",
+        &[],
+        &[
+            session("s1", "g", "ann", "cpu=1", 1),
+            session("s2", "g", "ann", "cpu=1", 2),
+            session("s3", "g", "ann", "cpu=1", 3),
+        ],
+    )
+    .await;
+    s.cancel_session("s2", t(4), "x").await.unwrap();
+    let list = |filter: SessionFilter| async move {
+        ids(&s.list_sessions(&filter).await.unwrap())
+    };
+    let newest = SessionFilter {
+        newest_first: true,
+        ..Default::default()
+    };
+    assert_eq!(list(newest.clone()).await, ["s3", "s2", "s1"]);
+    let after = SessionFilter {
+        after_id: Some("s3".into()),
+        limit: Some(1),
+        ..newest.clone()
+    };
+    assert_eq!(list(after).await, ["s2"], "a page goes on to older ones");
+    let active = SessionFilter {
+        active: Some(true),
+        ..newest.clone()
+    };
+    assert_eq!(list(active).await, ["s3", "s1"]);
+    let ended = SessionFilter {
+        active: Some(false),
+        ..newest
+    };
+    assert_eq!(list(ended).await, ["s2"]);
+});

@@ -96,6 +96,12 @@ pub fn time(ms: i64) -> String {
     }
 }
 
+/// A length of time as people read it, to the second: `42s`, `5m 3s`, `2h 5m 1s`.
+pub fn span(ms: i64) -> String {
+    let secs = (ms.max(0) + 500) / 1000;
+    format!("{:#}", jiff::SignedDuration::from_secs(secs))
+}
+
 pub fn opt_time(ms: Option<i64>) -> String {
     ms.map_or_else(|| "-".to_string(), time)
 }

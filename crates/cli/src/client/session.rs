@@ -64,8 +64,14 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         limit: Option<u32>,
         /// Continue after this session id (the last one of the previous page).
-        #[arg(long, value_name = "ID")]
+        #[arg(long, value_name = "ID", conflicts_with = "active")]
         after: Option<String>,
+        /// Oldest first [default: newest first].
+        #[arg(long)]
+        oldest: bool,
+        /// Sessions not ended (pending, scheduled, running) first, then the others.
+        #[arg(long)]
+        active: bool,
         #[command(flatten)]
         out: Out,
     },
@@ -224,23 +230,48 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             state,
             limit,
             after,
+            oldest,
+            active,
             out,
         } => {
-            let query = [
-                ("group", group),
-                ("owner", owner),
-                ("state", state.map(|s| api_name(&s))),
-                ("limit", limit.map(|l| l.to_string())),
-                ("after", after),
-            ];
-            let reply = api.get(&["sessions"], &query).await?;
-            if !render::json(out.output, &reply) {
-                let sessions: Vec<SessionView> = parse(&reply)?;
-                print_sessions(&sessions);
-                let page = limit.unwrap_or(DEFAULT_PAGE).max(1) as usize;
-                if let Some(last) = sessions.last().filter(|_| sessions.len() >= page) {
-                    eprintln!("(more may follow: --after {})", last.session.id.0);
+            let order = if oldest { "oldest" } else { "newest" };
+            let query = |active: Option<bool>, limit: Option<u32>| {
+                [
+                    ("group", group.clone()),
+                    ("owner", owner.clone()),
+                    ("state", state.map(|s| api_name(&s))),
+                    ("limit", limit.map(|l| l.to_string())),
+                    ("after", after.clone()),
+                    ("order", Some(order.to_string())),
+                    ("active", active.map(|a| a.to_string())),
+                ]
+            };
+            let page = limit.unwrap_or(DEFAULT_PAGE).max(1);
+            let reply = api
+                .get(&["sessions"], &query(active.then_some(true), limit))
+                .await?;
+            let mut sessions: Vec<SessionView> = parse(&reply)?;
+            // Active first: the ended ones fill the rest of the page.
+            if active && sessions.len() < page as usize {
+                let rest = page - sessions.len() as u32;
+                let ended = api
+                    .get(&["sessions"], &query(Some(false), Some(rest)))
+                    .await?;
+                sessions.extend(parse::<Vec<SessionView>>(&ended)?);
+                if matches!(out.output, Output::Json) {
+                    println!("{}", serde_json::to_string_pretty(&sessions)?);
+                    return Ok(());
                 }
+            }
+            if render::json(out.output, &reply) {
+                return Ok(());
+            }
+            print_sessions(&sessions, now_ms());
+            if let Some(last) = sessions
+                .last()
+                .filter(|_| !active && sessions.len() >= page as usize)
+            {
+                eprintln!("(more may follow: --after {})", last.session.id.0);
             }
         }
         Command::Get { id, out } => {
@@ -265,10 +296,19 @@ fn reason(s: &SessionView) -> String {
     or_dash(s.reason())
 }
 
-fn print_sessions(sessions: &[SessionView]) {
+fn print_sessions(sessions: &[SessionView], now: i64) {
     let rows: Vec<Vec<String>> = sessions
         .iter()
         .map(|s| {
+            let ended = s.session.state.is_terminal();
+            let duration = s.started_at.map(|start| {
+                let end = if ended { s.updated_at.0 } else { now };
+                render::span(end - start.0)
+            });
+            let what = match (&s.spec.command[..], &s.session.image) {
+                ([], Some(image)) => image.clone(),
+                (command, _) => command_line(command),
+            };
             vec![
                 s.session.id.0.clone(),
                 word(&s.session.state),
@@ -276,7 +316,9 @@ fn print_sessions(sessions: &[SessionView]) {
                 s.session.owner.clone(),
                 slots(&s.session.request),
                 or_dash(s.session.agent.as_ref().map(|a| a.0.as_str())),
-                time(s.session.submitted_at.0),
+                render::span(now - s.session.submitted_at.0),
+                or_dash(duration.as_deref()),
+                what,
                 reason(s),
             ]
         })
@@ -284,17 +326,16 @@ fn print_sessions(sessions: &[SessionView]) {
     table(
         "sessions",
         &[
-            "ID",
-            "STATE",
-            "GROUP",
-            "OWNER",
-            "REQUEST",
-            "AGENT",
-            "SUBMITTED",
+            "ID", "STATE", "GROUP", "OWNER", "REQUEST", "AGENT", "AGE", "DURATION", "COMMAND",
             "REASON",
         ],
         &rows,
     );
+}
+
+/// Now, in ms since the epoch, as the manager's timestamps are.
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
 }
 
 /// `group pending`: the queue, with why each session waits.

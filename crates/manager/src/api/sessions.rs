@@ -201,6 +201,7 @@ pub(super) fn view(r: SessionRecord) -> SessionView {
         wait_reason: r.wait_reason,
         end_reason: r.end_reason,
         exit_code: r.exit_code,
+        started_at: r.started_at,
         updated_at: r.updated_at,
         batch_job: r.batch_job,
         history: r.history,
@@ -210,7 +211,7 @@ pub(super) fn view(r: SessionRecord) -> SessionView {
 #[utoipa::path(
     get,
     path = "/api/v1/sessions",
-    summary = "List sessions (users see their own), oldest first; 404 if after names no session",
+    summary = "List sessions (users see their own), oldest first (newest with order=newest); 404 if the group or after names none",
     params(SessionQuery),
     responses(
         (status = 200, description = "success", body = Vec<SessionView>),
@@ -230,6 +231,9 @@ pub(super) async fn list_sessions(
     } else {
         Some(caller.user)
     };
+    if let Some(group) = &q.group {
+        super::find_group(&app, group).await?;
+    }
     let filter = SessionFilter {
         group: q.group,
         owner,
@@ -237,6 +241,8 @@ pub(super) async fn list_sessions(
         limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
         after_id: q.after,
         agent: None,
+        newest_first: q.order == Some(corral_api::sessions::Order::Newest),
+        active: q.active,
     };
     Ok(Json(
         app.store
