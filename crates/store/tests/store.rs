@@ -1662,9 +1662,7 @@ on_both!(sessions_are_listed_newest_first_and_by_activity, |db| {
     )
     .await;
     s.cancel_session("s2", t(4), "x").await.unwrap();
-    let list = |filter: SessionFilter| async move {
-        ids(&s.list_sessions(&filter).await.unwrap())
-    };
+    let list = |filter: SessionFilter| async move { ids(&s.list_sessions(&filter).await.unwrap()) };
     let newest = SessionFilter {
         newest_first: true,
         ..Default::default()
