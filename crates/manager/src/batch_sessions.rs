@@ -135,7 +135,8 @@ async fn job_of(
 }
 
 /// Cancels the job that runs the session (one that already ended, or that the scheduler has
-/// forgotten, needs nothing) and keeps what it left.
+/// forgotten, needs nothing) and keeps what it left. The caller ends the session; the follower
+/// may have ended it first, from the job's state.
 pub(crate) async fn cancel_job(app: &App, session: &SessionRecord) -> Result<(), ApiError> {
     let (bound, record) = job_of(app, session).await?;
     match bound.system.cancel(&record.job_id).await {
@@ -149,7 +150,6 @@ pub(crate) async fn cancel_job(app: &App, session: &SessionRecord) -> Result<(),
             "files of a cancelled job not kept"
         );
     }
-    app.batch_sessions.wake();
     Ok(())
 }
 
@@ -277,7 +277,12 @@ async fn poll(app: &App, group: &str) -> Result<bool, ApiError> {
                 Err(e) => return Err(e.into()),
             },
         };
-        if let Some(t) = termination.filter(|t| t.inputs_overdue(session.updated_at, now())) {
+        let awaits_inputs = session.session.state == SessionState::Pending
+            && session.spec["inputs"]
+                .as_array()
+                .is_some_and(|inputs| !inputs.is_empty());
+        let overdue = termination.filter(|t| t.inputs_overdue(session.updated_at, now()));
+        if let Some(t) = overdue.filter(|_| awaits_inputs) {
             if inputs_overdue(app, &bound, session, t.input_wait_secs).await? {
                 changed = true;
                 continue;

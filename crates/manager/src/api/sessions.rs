@@ -11,7 +11,7 @@ pub(crate) use corral_api::sessions::Spec;
 use corral_api::sessions::{NewSession, SessionQuery, SessionView, Submitted};
 use corral_core::admission::admit;
 use corral_core::{Session, SessionId, SessionState, Snapshot};
-use corral_store::{SessionFilter, SessionRecord};
+use corral_store::{SessionFilter, SessionRecord, StoreError};
 use serde_json::json;
 
 use super::{known_image, new_id, Result};
@@ -329,10 +329,17 @@ pub(super) async fn cancel(
     if record.batch_job.is_some() {
         crate::batch_sessions::cancel_job(&app, &record).await?;
     }
-    let record = app
+    let record = match app
         .store
         .cancel_session(&id, now(), &format!("cancelled by {}", caller.user))
-        .await?;
+        .await
+    {
+        // Its job's end, seen by the follower meanwhile, ended it first.
+        Err(StoreError::Conflict { .. }) if record.batch_job.is_some() => {
+            own_session(&app, &caller, &id).await?
+        }
+        ended => ended?,
+    };
     app.control.wake(&record.session.group);
     if let Some(agent) = &record.session.agent {
         app.control.wake_agent(&agent.0);
