@@ -139,10 +139,7 @@ async fn job_of(
 /// may have ended it first, from the job's state.
 pub(crate) async fn cancel_job(app: &App, session: &SessionRecord) -> Result<(), ApiError> {
     let (bound, record) = job_of(app, session).await?;
-    match bound.system.cancel(&record.job_id).await {
-        Ok(()) | Err(BatchError::NoSuchJob { .. } | BatchError::Refused { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
+    cancel_if_there(&bound, &record.job_id).await?;
     if let Err(why) = collect(app, &bound, &record, &session.session.id.0).await {
         tracing::warn!(
             session = session.session.id.0,
@@ -151,6 +148,15 @@ pub(crate) async fn cancel_job(app: &App, session: &SessionRecord) -> Result<(),
         );
     }
     Ok(())
+}
+
+/// Cancels job `id`; one that already ended (the scheduler refuses to cancel it) or that the
+/// scheduler has forgotten needs nothing.
+async fn cancel_if_there(bound: &Bound, id: &str) -> Result<(), ApiError> {
+    match bound.system.cancel(id).await {
+        Ok(()) | Err(BatchError::NoSuchJob { .. } | BatchError::Refused { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Up to `max` bytes of a running session job's log `stream` from `offset`, read where the job
@@ -314,10 +320,7 @@ async fn inputs_overdue(
     if record.awaiting.is_empty() {
         return Ok(false);
     }
-    match bound.system.cancel(key).await {
-        Ok(()) | Err(BatchError::NoSuchJob { .. } | BatchError::Refused { .. }) => {}
-        Err(e) => return Err(e.into()),
-    }
+    cancel_if_there(bound, key).await?;
     let reason = format!(
         "its inputs did not arrive within {wait_secs} s of its submission (missing: {})",
         record.awaiting.join(", ")
