@@ -28,5 +28,8 @@ pub struct RegisterAgent {
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 #[serde(deny_unknown_fields)]
 pub struct AgentQuery {
+    /// Only agents of this group (404 if there is no such group).
     pub group: Option<String>,
+    /// Only agents in this state.
+    pub state: Option<corral_core::AgentState>,
 }

@@ -28,6 +28,8 @@ pub struct EventQuery {
     pub agent: Option<String>,
     /// An event id: continue below it.
     pub before: Option<i64>,
+    /// An event id: only the events above it, oldest first (for following).
+    pub after: Option<i64>,
     /// Clamped to 1..=1000; default 100.
     pub limit: Option<u32>,
 }

@@ -634,8 +634,8 @@ fn a_request_only_a_drained_agent_could_hold_waits_for_it() {
     assert_eq!(waiting["state"], "pending", "{waiting}");
     assert_eq!(
         waiting["wait_reason"],
-        "no agent has room; only agents that are drained, marked or lost could hold it, so it \
-         waits for one of them to come back"
+        "no agent has room; only agent a1 (drained) could hold it, so it waits for one of them \
+         to take sessions again"
     );
     let beyond = c.cli(&[
         "session",

@@ -77,3 +77,113 @@ fn sessions_are_listed_newest_first_and_active_first_on_request() {
         text(&unknown.stderr)
     );
 }
+
+/// The lines a long-running `corral` command prints, as they come.
+fn lines_of(c: &Cluster, args: &[&str]) -> (common::Proc, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(common::CORRAL)
+        .args(args)
+        .env("CORRAL_SERVER", c.url())
+        .env("CORRAL_TOKEN", &c.token)
+        .env("CORRAL_CONFIG", c.dir.path().join("none.toml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    (common::Proc(child), rx)
+}
+
+/// Reads lines (JSON objects) until one satisfies `wanted`; every line read is returned.
+fn read_until(
+    rx: &std::sync::mpsc::Receiver<String>,
+    what: &str,
+    wanted: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no line with {what} in {seen:?}"));
+        let value: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("not one JSON object per line ({e}): {line}"));
+        seen.push(value);
+        if wanted(seen.last().unwrap()) {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn events_and_sessions_are_followed_as_they_happen_and_logs_tailed() {
+    let c = Cluster::start(60);
+    ok(c.cli(&["group", "create", "g"]));
+    let _agent = c.agent("a1", "g", "cpu=4");
+    let (_events, events) = lines_of(&c, &["events", "-f", "--group", "g", "-o", "json"]);
+    let (_watch, watch) = lines_of(&c, &["session", "ls", "--watch", "-o", "json"]);
+
+    let id = c.submit(&[
+        "--group",
+        "g",
+        "--request",
+        "cpu=1",
+        "--",
+        "sh",
+        "-c",
+        "echo one; echo two; echo three; exec sleep 300",
+    ]);
+    let followed = read_until(&events, "the session's placement", |e| {
+        e["kind"] == "placed" && e["session"] == id.as_str()
+    });
+    let ids: Vec<i64> = followed.iter().filter_map(|e| e["id"].as_i64()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "oldest first: {ids:?}");
+    read_until(&watch, "the session running", |s| {
+        s["id"] == id.as_str() && s["state"] == "running"
+    });
+    c.until("its three lines", || {
+        (ok(c.cli(&["session", "logs", &id])).lines().count() == 3).then_some(())
+    });
+    ok(c.cli(&["session", "cancel", &id]));
+    read_until(&watch, "the session printed again once cancelled", |s| {
+        s["id"] == id.as_str() && s["state"] == "cancelled"
+    });
+
+    assert_eq!(
+        ok(c.cli(&["session", "logs", &id, "--tail", "2"])),
+        "two\nthree\n"
+    );
+    assert_eq!(
+        ok(c.cli(&["session", "logs", &id, "--tail", "9"])),
+        "one\ntwo\nthree\n"
+    );
+
+    let alive = c.json(&["agent", "ls", "--state", "alive", "-o", "json"]);
+    assert_eq!(alive.as_array().unwrap().len(), 1, "{alive}");
+    let lost = c.json(&["agent", "ls", "--state", "lost", "-o", "json"]);
+    assert_eq!(lost, serde_json::json!([]));
+
+    for (args, name) in [
+        (&["agent", "ls", "--group", "nope"][..], "\"nope\""),
+        (&["events", "--group", "nope"][..], "\"nope\""),
+        (&["events", "--session", "s-nope"][..], "\"s-nope\""),
+        (&["events", "--agent", "a-nope"][..], "\"a-nope\""),
+    ] {
+        let out = c.cli(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = text(&out.stderr);
+        assert!(err.contains(name), "{args:?}: {err}");
+    }
+}

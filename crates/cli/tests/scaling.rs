@@ -438,3 +438,101 @@ fn reconciliation_ends_unknown_instances_and_loses_agents_whose_instance_vanishe
             .unwrap_or_default()
             .contains("auto-0rphan")));
 }
+
+/// The README's scaling demo with the default settings: a burst of six `sleep 5` sessions to a
+/// `process` group with max 3 is planned once, as one launch of three agents, and runs two by
+/// two: all done within 15 s of the first submit (timed by the manager's own clock). Then the
+/// group scales back to 0 after the idle wait.
+#[test]
+fn the_readme_burst_runs_on_three_agents_at_once_and_the_group_goes_back_to_zero() {
+    let c = Cluster::start(5);
+    ok(c.cli(&[
+        "group",
+        "create",
+        "auto",
+        "--policy",
+        "demand",
+        "--min-nodes",
+        "0",
+        "--max-nodes",
+        "3",
+        "--idle-wait-secs",
+        "2",
+    ]));
+    let templates = c.dir.path().join("templates.json");
+    std::fs::write(
+        &templates,
+        r#"[{"name": "small", "slots": "cpu=1,mem=1GiB", "max": 4}]"#,
+    )
+    .unwrap();
+    ok(c.cli(&[
+        "group",
+        "templates",
+        "auto",
+        "--file",
+        templates.to_str().unwrap(),
+    ]));
+    ok(c.cli(&["group", "provider", "auto", "--provider", "process"]));
+
+    let ids: Vec<String> = (0..6)
+        .map(|_| c.submit(&["--group", "auto", "--request", "cpu=1", "--", "sleep", "5"]))
+        .collect();
+    let sessions = c.until_for(60, "all 6 sessions succeed", || {
+        let list = c.json(&["session", "ls", "--group", "auto", "-o", "json"]);
+        let ours: Vec<Value> = list
+            .as_array()?
+            .iter()
+            .filter(|s| ids.iter().any(|id| s["id"] == id.as_str()))
+            .cloned()
+            .collect();
+        (ours.len() == 6 && ours.iter().all(|s| s["state"] == "succeeded")).then_some(ours)
+    });
+    let first_submit = sessions
+        .iter()
+        .filter_map(|s| s["submitted_at"].as_i64())
+        .min()
+        .unwrap();
+    let last_end = sessions
+        .iter()
+        .filter_map(|s| s["updated_at"].as_i64())
+        .max()
+        .unwrap();
+    eprintln!(
+        "the burst ran in {} ms from the first submit to the last end",
+        last_end - first_submit
+    );
+    assert!(
+        last_end - first_submit <= 15_000,
+        "the burst took {} ms from the first submit to the last end",
+        last_end - first_submit
+    );
+
+    let events = events(&c);
+    let launches: Vec<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "launch")
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert_eq!(
+        launches.len(),
+        1,
+        "one pass launches for the whole burst: {launches:?}"
+    );
+    assert!(launches[0].starts_with("3 × small"), "{launches:?}");
+    let agents: BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["kind"] == "placed")
+        .filter_map(|e| e["agent"].as_str())
+        .collect();
+    assert_eq!(agents.len(), 3, "{agents:?}");
+
+    c.until_for(60, "the group is back to 0 agents", || {
+        let agents = c.json(&["agent", "ls", "--group", "auto", "-o", "json"]);
+        let standing = agents
+            .as_array()?
+            .iter()
+            .filter(|a| a["state"] != "terminated")
+            .count();
+        (standing == 0 && live_instances(&c) == 0).then_some(())
+    });
+}

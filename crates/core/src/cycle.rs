@@ -7,7 +7,7 @@ use crate::decisions::{
     AgentDecision, Decisions, Launch, NoLaunch, Placement, Rejection, WaitReason, Waiting,
 };
 use crate::dense::{self, SlotIndex, Vector};
-use crate::model::{AgentState, Session};
+use crate::model::{AgentState, Session, Timestamp};
 use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
 use crate::schedule::{self, FreeIndex, Outcome, Request};
 use crate::slots::Slots;
@@ -224,6 +224,10 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .iter()
         .map(|&k| (&*queue.needs[k], queue.requests[k].class))
         .collect();
+    let arrived: Vec<Timestamp> = unmet
+        .iter()
+        .map(|&k| queue.sessions[k].submitted_at)
+        .collect();
     let trial_free: Vec<Vector> = (0..s.agents.len())
         .map(|a| placing.free(a).into())
         .collect();
@@ -233,6 +237,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         free: &trial_free,
         used: &used,
         unmet: &unmet_needs,
+        arrived: &arrived,
         classes: pass.class_needs.len(),
     });
     write_scaling(s, index, &plan, decisions);
@@ -264,6 +269,7 @@ fn write_scaling(s: &Snapshot, index: &SlotIndex, plan: &ScalePlan, decisions: &
     decisions.unmarks = plan.unmarks.iter().map(agent_decision).collect();
     decisions.terminations = plan.terminations.iter().map(agent_decision).collect();
     decisions.scale_out_demand = index.slots(&plan.scale_out_demand);
+    decisions.recheck_at = plan.recheck_at;
 }
 
 /// Step 3: places the queue on the agents that take sessions once the scaling decisions apply,

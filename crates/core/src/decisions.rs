@@ -19,6 +19,9 @@ pub struct Decisions {
     pub waiting: Vec<Waiting>,
     /// The demand (plus headroom) handed to the launch planner: what the launches serve.
     pub scale_out_demand: Slots,
+    /// When a pass may decide otherwise although nothing else happens (a batching window or the
+    /// cooldown ends): the control loop runs one then.
+    pub recheck_at: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -123,15 +126,22 @@ pub enum WaitReason {
 pub enum NoLaunch {
     /// The policy is `fixed`: it waits for running sessions to end.
     FixedPolicy,
-    /// The policy launched recently.
-    Cooldown { until: Timestamp },
-    /// The group or every fitting template is at its maximum.
-    AtMax,
+    /// The policy launched recently: `left_ms` more of cooldown.
+    Cooldown { left_ms: u64 },
+    /// Sessions are still arriving: the batching window closes in `left_ms` at most, and the
+    /// pass that closes it plans for the whole burst.
+    Batching { left_ms: u64 },
+    /// The group has `max_nodes` agents and instances.
+    GroupAtMax { max_nodes: u32 },
+    /// This pass launched `max_launches_per_pass` instances; the next one launches more.
+    PassLimit { max_launches_per_pass: u32 },
+    /// Every template that fits is at its own maximum.
+    TemplatesAtMax,
     /// No template holds it: only agents that are busy now can.
     NoTemplate,
-    /// Only agents drained, marked or lost could hold it (no live one, no template): it waits
-    /// for one of them to come back.
-    Unavailable,
+    /// Only agents that take no sessions now could hold it (no live one, no template): it waits
+    /// for one of them to come back. `agents` names them with their state (`a1 (lost)`).
+    Unavailable { agents: String },
     /// The templates that fit are held back by the provider's backoff or launch budget.
     Held { reason: String },
     /// Room exists, but the session queue in front of it has not got there yet.
@@ -157,24 +167,64 @@ impl fmt::Display for WaitReason {
                     NoLaunch::FixedPolicy => f.write_str(
                         "; the policy is fixed, so it waits for running sessions to end",
                     ),
-                    NoLaunch::Cooldown { until } => {
-                        write!(f, "; scale-out cools down until {} ms", until.0)
+                    NoLaunch::Cooldown { left_ms } => {
+                        write!(
+                            f,
+                            "; scale-out cools down, next launch in {}",
+                            human_ms(*left_ms)
+                        )
                     }
-                    NoLaunch::AtMax => {
-                        f.write_str("; the group or every template that fits is at its maximum")
+                    NoLaunch::Batching { left_ms } => write!(
+                        f,
+                        "; sessions are still arriving, scale-out plans for all of them in {} \
+                         at most",
+                        human_ms(*left_ms)
+                    ),
+                    NoLaunch::GroupAtMax { max_nodes } => write!(
+                        f,
+                        "; the group is at max_nodes ({max_nodes}), so it waits for running \
+                         sessions to end"
+                    ),
+                    NoLaunch::PassLimit {
+                        max_launches_per_pass,
+                    } => write!(
+                        f,
+                        "; this pass launched max_launches_per_pass ({max_launches_per_pass}), \
+                         the next one launches more"
+                    ),
+                    NoLaunch::TemplatesAtMax => {
+                        f.write_str("; every template that fits is at its maximum")
                     }
                     NoLaunch::NoTemplate => f.write_str(
                         "; no template holds it, so it waits for running sessions to end",
                     ),
-                    NoLaunch::Unavailable => f.write_str(
-                        "; only agents that are drained, marked or lost could hold it, so it \
-                         waits for one of them to come back",
+                    NoLaunch::Unavailable { agents } => write!(
+                        f,
+                        "; only {agents} could hold it, so it waits for one of them to take \
+                         sessions again"
                     ),
                     NoLaunch::Held { reason } => write!(f, "; {reason}"),
                     NoLaunch::Queue => f.write_str(" yet"),
                 }
             }
         }
+    }
+}
+
+/// A wait as people read it: `0.4 s`, `42 s`, `3 min 5 s`, `2 h 10 min`.
+pub fn human_ms(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..10 => format!("{:.1} s", ms as f64 / 1000.0),
+        10..120 => format!("{secs} s"),
+        120..7200 => match secs % 60 {
+            0 => format!("{} min", secs / 60),
+            s => format!("{} min {s} s", secs / 60),
+        },
+        _ => match (secs / 60) % 60 {
+            0 => format!("{} h", secs / 3600),
+            m => format!("{} h {m} min", secs / 3600),
+        },
     }
 }
 

@@ -133,8 +133,10 @@ impl Governor {
         for (name, health) in &self.templates {
             if let Some(until) = health.blocked_until.filter(|&t| t > now) {
                 let reason = format!(
-                    "template {name} backs off until {} ms after {} failure(s): {}",
-                    until.0, health.failures, health.last_error
+                    "template {name} backs off for {} more after {} failure(s): {}",
+                    crate::decisions::human_ms(now.ms_until(until)),
+                    health.failures,
+                    health.last_error
                 );
                 limits.insert(name.clone(), LaunchLimit { allowed: 0, reason });
                 continue;

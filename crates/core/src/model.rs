@@ -17,10 +17,16 @@ pub struct Timestamp(pub i64);
 
 impl Timestamp {
     pub fn plus_secs(self, secs: u64) -> Timestamp {
-        Timestamp(
-            self.0
-                .saturating_add(i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)),
-        )
+        self.plus_ms(secs.saturating_mul(1000))
+    }
+
+    pub fn plus_ms(self, ms: u64) -> Timestamp {
+        Timestamp(self.0.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)))
+    }
+
+    /// Milliseconds from `self` to `later` (0 when `later` is not later).
+    pub fn ms_until(self, later: Timestamp) -> u64 {
+        u64::try_from(later.0.saturating_sub(self.0)).unwrap_or(0)
     }
 }
 
@@ -81,8 +87,13 @@ pub struct ScalingPolicy {
     pub headroom: Slots,
     /// How long an agent stays idle before scale-in marks it.
     pub idle_wait_secs: u64,
-    /// No new launch within this long after the last one.
+    /// No new launch within this long after the last one (0: none; the batching window is what
+    /// turns a burst into one launch).
     pub cooldown_secs: u64,
+    /// Scale-out for new demand waits until no session has arrived for this long...
+    pub batch_idle_ms: u64,
+    /// ...or until the first session of the burst has waited this long, whichever comes first.
+    pub batch_max_ms: u64,
     /// Cap on instances launched in one pass.
     pub max_launches_per_pass: u32,
     /// What becomes of the sessions of an agent that misses its heartbeats.
@@ -175,7 +186,9 @@ impl Default for ScalingPolicy {
             max_nodes: 100,
             headroom: Slots::new(),
             idle_wait_secs: 600,
-            cooldown_secs: 60,
+            cooldown_secs: 0,
+            batch_idle_ms: 1000,
+            batch_max_ms: 10_000,
             max_launches_per_pass: 1000,
             on_agent_lost: OnAgentLost::Requeue,
             termination: Termination::default(),

@@ -50,6 +50,10 @@ pub struct GroupSpec {
     pub headroom: Option<Slots>,
     pub idle_wait_secs: Option<u64>,
     pub cooldown_secs: Option<u64>,
+    /// The batching window; 0 unless given, so that a plan answers as the pass that closes the
+    /// window does (a manager's groups default to 1,000 and 10,000 ms).
+    pub batch_idle_ms: Option<u64>,
+    pub batch_max_ms: Option<u64>,
     pub max_launches_per_pass: Option<u32>,
     pub on_agent_lost: Option<OnAgentLost>,
     pub termination: Option<Termination>,
@@ -70,7 +74,16 @@ pub enum ProblemError {
     MinAboveMax { min: u32, max: u32 },
     #[error("{what}: name or id is empty")]
     EmptyName { what: &'static str },
+    #[error("policy.{field}: {value} is above the most allowed, {max}")]
+    TooLarge {
+        field: &'static str,
+        value: u64,
+        max: u64,
+    },
 }
+
+/// The longest batching window a policy may set: an hour.
+const MAX_BATCH_MS: u64 = 3_600_000;
 
 impl ScalingGroup {
     /// Checks what the types alone cannot: names, prices, limits.
@@ -81,6 +94,18 @@ impl ScalingGroup {
                 min: p.min_nodes,
                 max: p.max_nodes,
             });
+        }
+        for (field, value) in [
+            ("batch_idle_ms", p.batch_idle_ms),
+            ("batch_max_ms", p.batch_max_ms),
+        ] {
+            if value > MAX_BATCH_MS {
+                return Err(ProblemError::TooLarge {
+                    field,
+                    value,
+                    max: MAX_BATCH_MS,
+                });
+            }
         }
         unique("template", self.templates.iter().map(|t| t.name.as_str()))?;
         for t in &self.templates {
@@ -127,6 +152,8 @@ impl Problem {
                 headroom: g.headroom.unwrap_or(d.headroom),
                 idle_wait_secs: g.idle_wait_secs.unwrap_or(d.idle_wait_secs),
                 cooldown_secs: g.cooldown_secs.unwrap_or(d.cooldown_secs),
+                batch_idle_ms: g.batch_idle_ms.unwrap_or(0),
+                batch_max_ms: g.batch_max_ms.unwrap_or(0),
                 max_launches_per_pass: g.max_launches_per_pass.unwrap_or(d.max_launches_per_pass),
                 on_agent_lost: g.on_agent_lost.unwrap_or(d.on_agent_lost),
                 termination: g.termination.unwrap_or(d.termination),

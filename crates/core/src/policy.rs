@@ -21,6 +21,8 @@ pub struct ScaleInput<'a> {
     pub used: &'a [bool],
     /// Admitted sessions the trial found no room for, in queue order: (required shares, class).
     pub unmet: &'a [(&'a [u64], usize)],
+    /// Per unmet session: when it was submitted (for the batching window).
+    pub arrived: &'a [Timestamp],
     pub classes: usize,
 }
 
@@ -36,6 +38,8 @@ pub struct ScalePlan {
     pub waits: Vec<Option<WaitReason>>,
     /// The demand handed to the launch planner, plus the headroom deficit.
     pub scale_out_demand: Vector,
+    /// When a pass may decide otherwise with nothing else changed (window or cooldown ends).
+    pub recheck_at: Option<Timestamp>,
 }
 
 /// Instances of one template to launch, and why.
@@ -89,7 +93,7 @@ impl ScalingLogic for Fixed {
                     let because = if live.could_hold(input, k) {
                         NoLaunch::FixedPolicy
                     } else {
-                        NoLaunch::Unavailable
+                        unavailable(input, k)
                     };
                     Some(WaitReason::NoRoom { because })
                 })
@@ -139,6 +143,42 @@ impl LiveAgents {
     }
 }
 
+/// Why an unmet session that no live agent and no template could hold waits: the agents that
+/// could, which take no sessions now, named with their state (at most three, then a count).
+fn unavailable(input: &ScaleInput, k: usize) -> NoLaunch {
+    const NAMED: usize = 3;
+    let need = input.unmet[k].0;
+    let index = input.index;
+    let holders: Vec<String> = input
+        .snapshot
+        .agents
+        .iter()
+        .filter(|a| {
+            matches!(a.state, AgentState::Marked | AgentState::Lost)
+                && fits(need, &index.vector(&a.capacity))
+        })
+        .map(|a| {
+            let state = match a.state {
+                AgentState::Lost => "lost",
+                _ if a.drained_by_hand => "drained",
+                _ => "marked for scale-in",
+            };
+            format!("{} ({state})", a.id)
+        })
+        .collect();
+    let agents = match holders.len() {
+        0 => "agents that take no sessions now".to_string(),
+        1 => format!("agent {}", holders[0]),
+        n if n <= NAMED => format!("agents {}", holders.join(", ")),
+        n => format!(
+            "agents {} and {} more",
+            holders[..NAMED].join(", "),
+            n - NAMED
+        ),
+    };
+    NoLaunch::Unavailable { agents }
+}
+
 /// Launches for unmet demand plus headroom, cheapest per fitted work; reuses marked agents first;
 /// marks agents idle past the idle wait; terminates marked agents once empty.
 pub struct Demand;
@@ -169,8 +209,10 @@ impl ScalingLogic for Demand {
             .filter(|&a| reuse.unmarked[a])
             .map(|a| AgentAction::new(a, "demand returned to it"))
             .collect();
-        // 3. Launch for what is left, within every limit; then keep at least min_nodes.
-        let budget = launch_budget(input.snapshot, launching.count());
+        // 3. Launch for what is left, within every limit, once the burst it belongs to has
+        //    ended; then keep at least min_nodes.
+        let budget = launch_budget(input, &template_slots, &rest, launching.count());
+        plan.recheck_at = budget.recheck_at();
         let offers = offers(input, &launching);
         let packed = launch_for_demand(
             input,
@@ -363,26 +405,66 @@ fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -
     }
 }
 
-/// How many instances this pass may launch, and the cooldown that may forbid any.
+/// How many instances this pass may launch, and what holds launches back now.
 struct Budget {
+    /// Launches left under `max_nodes` and `max_launches_per_pass` (0 during the cooldown).
     launches: u32,
-    /// The end of the cooldown, while it lasts (then `launches` is 0).
+    /// Launches left under `max_nodes` alone.
+    room: u32,
+    /// The end of the cooldown, while it lasts.
     cooling_until: Option<Timestamp>,
+    /// The end of the batching window, while it is open: launches for demand wait for it.
+    batching_until: Option<Timestamp>,
+    now: Timestamp,
+}
+
+impl Budget {
+    /// Launches for demand (and headroom) this pass.
+    fn for_demand(&self) -> u32 {
+        if self.batching_until.is_some() {
+            0
+        } else {
+            self.launches
+        }
+    }
+
+    fn recheck_at(&self) -> Option<Timestamp> {
+        self.cooling_until.or(self.batching_until)
+    }
+
+    /// Why the budget launches nothing for demand, if it is the budget's doing.
+    fn holds(&self) -> Option<NoLaunch> {
+        if let Some(until) = self.cooling_until {
+            Some(NoLaunch::Cooldown {
+                left_ms: self.now.ms_until(until),
+            })
+        } else {
+            self.batching_until.map(|until| NoLaunch::Batching {
+                left_ms: self.now.ms_until(until),
+            })
+        }
+    }
 }
 
 /// The launches left under `max_nodes` (counting agents not terminated and `in_flight`
-/// instances) and `max_launches_per_pass`; none during the cooldown.
-fn launch_budget(s: &Snapshot, in_flight: u32) -> Budget {
+/// instances) and `max_launches_per_pass`; none during the cooldown. Launches for the unmet
+/// sessions in `rest` wait while their burst goes on: until none of those a template could hold
+/// arrived for `batch_idle_ms`, or the first of them has waited `batch_max_ms`.
+fn launch_budget(
+    input: &ScaleInput,
+    template_slots: &[Vector],
+    rest: &[usize],
+    in_flight: u32,
+) -> Budget {
+    let s = input.snapshot;
     let policy = &s.group.policy;
     let nodes = s
         .agents
         .iter()
         .filter(|a| a.state != AgentState::Terminated)
         .count() as u32;
-    let mut launches = policy
-        .max_nodes
-        .saturating_sub(nodes + in_flight)
-        .min(policy.max_launches_per_pass);
+    let room = policy.max_nodes.saturating_sub(nodes + in_flight);
+    let mut launches = room.min(policy.max_launches_per_pass);
     let cooling_until = s
         .last_scale_out
         .map(|t| t.plus_secs(policy.cooldown_secs))
@@ -390,9 +472,25 @@ fn launch_budget(s: &Snapshot, in_flight: u32) -> Budget {
     if cooling_until.is_some() {
         launches = 0;
     }
+    let mut burst: Option<(Timestamp, Timestamp)> = None;
+    for &k in rest {
+        if template_slots.iter().any(|t| fits(input.unmet[k].0, t)) {
+            let at = input.arrived[k];
+            burst = Some(burst.map_or((at, at), |(first, last)| (first.min(at), last.max(at))));
+        }
+    }
+    let batching_until = burst
+        .map(|(first, last)| {
+            last.plus_ms(policy.batch_idle_ms)
+                .min(first.plus_ms(policy.batch_max_ms))
+        })
+        .filter(|&t| t > s.now && launches > 0 && policy.batch_idle_ms > 0);
     Budget {
         launches,
+        room,
         cooling_until,
+        batching_until,
+        now: s.now,
     }
 }
 
@@ -452,7 +550,8 @@ fn launch_for_demand(
         dense::add(&mut plan.scale_out_demand, need);
     }
     dense::add(&mut plan.scale_out_demand, headroom_deficit);
-    let packed = planner::pack(&classes, offers, budget.launches, headroom_deficit);
+    let packed = planner::pack(&classes, offers, budget.for_demand(), headroom_deficit);
+    let launched: u32 = packed.launches.iter().sum();
 
     let mut sessions_for = vec![0u32; offers.len()];
     for &(o, n) in packed.served.iter().flatten() {
@@ -483,7 +582,7 @@ fn launch_for_demand(
                     template: templates[o].name.clone(),
                 },
                 None => WaitReason::NoRoom {
-                    because: why_no_launch(input, template_slots, k, budget, &mut live),
+                    because: why_no_launch(input, template_slots, k, budget, launched, &mut live),
                 },
             });
         }
@@ -491,23 +590,32 @@ fn launch_for_demand(
     packed
 }
 
-/// Why nothing is launched for a session needing `need`.
+/// Why nothing is launched for unmet session `k`, when the pass launches `launched` instances.
 fn why_no_launch(
     input: &ScaleInput,
     template_slots: &[Vector],
     k: usize,
     budget: &Budget,
+    launched: u32,
     live: &mut LiveAgents,
 ) -> NoLaunch {
     let s = input.snapshot;
     let need = input.unmet[k].0;
-    if let Some(until) = budget.cooling_until {
-        NoLaunch::Cooldown { until }
-    } else if !template_slots.iter().any(|t| fits(need, t)) {
+    if !template_slots.iter().any(|t| fits(need, t)) {
         if live.could_hold(input, k) {
             NoLaunch::NoTemplate
         } else {
-            NoLaunch::Unavailable
+            unavailable(input, k)
+        }
+    } else if budget.room <= launched {
+        NoLaunch::GroupAtMax {
+            max_nodes: s.group.policy.max_nodes,
+        }
+    } else if let Some(hold) = budget.holds() {
+        hold
+    } else if budget.launches <= launched {
+        NoLaunch::PassLimit {
+            max_launches_per_pass: s.group.policy.max_launches_per_pass,
         }
     } else if let Some(limit) = s
         .group
@@ -521,7 +629,7 @@ fn why_no_launch(
             reason: limit.reason.clone(),
         }
     } else {
-        NoLaunch::AtMax
+        NoLaunch::TemplatesAtMax
     }
 }
 

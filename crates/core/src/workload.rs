@@ -139,6 +139,9 @@ pub fn snapshot(policy: PolicyKind, agents_n: usize, sessions_n: usize, seed: u6
                 kind: policy,
                 max_nodes: 1_000_000,
                 max_launches_per_pass: 1_000_000,
+                // Measures the pass that plans for the whole queue, as the window closes.
+                batch_idle_ms: 0,
+                batch_max_ms: 0,
                 ..ScalingPolicy::default()
             },
             scheduler: SchedulerConfig::default(),

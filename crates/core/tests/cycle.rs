@@ -4,7 +4,7 @@
 mod common;
 
 use common::snapshot;
-use corral_core::{cycle, Decisions};
+use corral_core::{cycle, Decisions, Timestamp};
 use serde_json::json;
 
 const G1: &str = "cpu=8,mem=32GiB,gpu=1";
@@ -217,8 +217,13 @@ fn cooldown_and_max_nodes_hold_launches_back_and_say_so() {
         waiting(&d),
         [(
             "s1".into(),
-            "no agent has room; scale-out cools down until 60000 ms".into()
+            "no agent has room; scale-out cools down, next launch in 30 s".into()
         )]
+    );
+    assert_eq!(
+        d.recheck_at,
+        Some(Timestamp(60_000)),
+        "a pass runs as it ends"
     );
 
     let s = snapshot(json!({
@@ -233,9 +238,102 @@ fn cooldown_and_max_nodes_hold_launches_back_and_say_so() {
         waiting(&d),
         [(
             "s1".into(),
-            "no agent has room; the group or every template that fits is at its maximum".into()
+            "no agent has room; the group is at max_nodes (1), so it waits for running \
+             sessions to end"
+                .into()
         )]
     );
+
+    // At max_nodes, the reason is max_nodes even when a launch budget was spent too.
+    let mut s = s;
+    s.launch_limits.insert(
+        "g1".into(),
+        corral_core::LaunchLimit {
+            allowed: 0,
+            reason: "template g1 launched 20 of its budget of 20 per 60 s".into(),
+        },
+    );
+    assert!(waiting(&cycle(&s))[0].1.contains("max_nodes (1)"));
+
+    // The pass's own launches reach max_nodes: the sessions left say so.
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "max_nodes": 2},
+        "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 10}],
+        "sessions": [session("s1", "gpu=1"), session("s2", "gpu=1"), session("s3", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert_eq!(launches(&d), [("g1".to_string(), 2)]);
+    let w = waiting(&d);
+    assert!(w[2].1.contains("max_nodes (2)"), "{w:?}");
+}
+
+fn at(id: &str, request: &str, submitted_at: i64) -> serde_json::Value {
+    json!({"id": id, "owner": "alice", "request": request, "submitted_at": submitted_at})
+}
+
+#[test]
+fn a_burst_is_planned_once_it_ends_and_waits_say_when() {
+    let burst = |now: i64| {
+        snapshot(json!({
+            "now": now,
+            "group": {"policy": "demand", "batch_idle_ms": 1000, "batch_max_ms": 10_000},
+            "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 10}],
+            "sessions": [at("s1", "gpu=1", 1000), at("s2", "gpu=1", 1400)]
+        }))
+    };
+    // Still arriving: nothing launches, and the pass that closes the window is asked for.
+    let d = cycle(&burst(1500));
+    assert!(d.launches.is_empty(), "{:?}", d.launches);
+    assert_eq!(
+        d.recheck_at,
+        Some(Timestamp(2400)),
+        "1 s after the last arrival"
+    );
+    assert_eq!(
+        waiting(&d)[1].1,
+        "no agent has room; sessions are still arriving, scale-out plans for all of them in \
+         0.9 s at most"
+    );
+    // No arrival for batch_idle_ms: one launch for the whole burst.
+    let d = cycle(&burst(2400));
+    assert_eq!(launches(&d), [("g1".to_string(), 2)]);
+    assert_eq!(d.recheck_at, None);
+}
+
+#[test]
+fn a_burst_that_never_pauses_is_planned_after_batch_max_ms() {
+    // One session every 900 ms: the idle window never closes, the maximum does.
+    let sessions: Vec<_> = (0..12)
+        .map(|i| at(&format!("s{i}"), "gpu=1", i * 900))
+        .collect();
+    let problem = |now: i64| {
+        snapshot(json!({
+            "now": now,
+            "group": {"policy": "demand", "batch_idle_ms": 1000, "batch_max_ms": 10_000},
+            "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 20}],
+            "sessions": sessions.iter().filter(|s| s["submitted_at"].as_i64().unwrap() <= now)
+                .collect::<Vec<_>>()
+        }))
+    };
+    let d = cycle(&problem(9_950));
+    assert!(d.launches.is_empty());
+    assert_eq!(d.recheck_at, Some(Timestamp(10_000)));
+    assert_eq!(launches(&cycle(&problem(10_000))), [("g1".to_string(), 12)]);
+}
+
+#[test]
+fn sessions_no_template_holds_open_no_window_and_old_demand_launches_at_once() {
+    let s = snapshot(json!({
+        "now": 100_000,
+        "group": {"policy": "demand", "batch_idle_ms": 1000, "batch_max_ms": 10_000},
+        "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 10}],
+        "agents": [agent("a1", "g1", "cpu=64,mem=64GiB,gpu=1", "cpu=64", "alive")],
+        // s1 fits only a1 (busy); s2 was requeued, submitted long ago.
+        "sessions": [at("s1", "cpu=64", 99_900), at("s2", "cpu=1,gpu=1", 1000)]
+    }));
+    let d = cycle(&s);
+    assert_eq!(launches(&d), [("g1".to_string(), 1)]);
+    assert_eq!(d.recheck_at, None);
 }
 
 #[test]
@@ -369,8 +467,8 @@ fn a_session_waits_while_its_only_agent_is_lost_and_says_so() {
         waiting(&d),
         [(
             "s1".to_string(),
-            "no agent has room; only agents that are drained, marked or lost could hold it, so \
-             it waits for one of them to come back"
+            "no agent has room; only agent a1 (lost) could hold it, so it waits for one of them \
+             to take sessions again"
                 .to_string()
         )]
     );
@@ -396,7 +494,7 @@ fn a_template_in_backoff_is_passed_over_for_the_next_cheapest_and_waits_say_why(
     // g1 failed (say, out of capacity): the policy takes g4 instead, within its allowance.
     let held = |allowed| corral_core::LaunchLimit {
         allowed,
-        reason: "template g1 backs off until 60000 ms after 1 failure(s): no capacity".into(),
+        reason: "template g1 backs off for 60 s more after 1 failure(s): no capacity".into(),
     };
     s.launch_limits.insert("g1".into(), held(0));
     assert_eq!(launches(&cycle(&s)), [("g4".to_string(), 1)]);

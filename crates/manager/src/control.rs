@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use corral_core::cycle;
+use corral_core::{cycle, Timestamp};
 use corral_store::{Applied, Store, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -127,10 +127,13 @@ impl Control {
 
     async fn worker(self: Arc<Self>, group: String, notify: Arc<Notify>) {
         let mut last_pass: Option<Instant> = None;
+        // The next pass is due by then although nothing happens (a batching window closes).
+        let mut recheck: Option<Duration> = None;
         loop {
+            let wait = recheck.map_or(self.tick, |r| r.min(self.tick));
             tokio::select! {
                 _ = notify.notified() => {}
-                _ = tokio::time::sleep(self.tick) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
             if let Some(at) = last_pass {
                 tokio::time::sleep_until(at + self.min_interval).await;
@@ -144,8 +147,14 @@ impl Control {
                 return;
             }
             last_pass = Some(Instant::now());
+            recheck = None;
             match self.run_pass(&group).await {
-                Ok(applied) => tracing::debug!(group, ?applied, "pass"),
+                Ok(pass) => {
+                    tracing::debug!(group, applied = ?pass.applied, "pass");
+                    recheck = pass
+                        .recheck_at
+                        .map(|at| Duration::from_millis(now().ms_until(at)));
+                }
                 Err(StoreError::NotFound { .. }) => {
                     self.forget(&group);
                     return;
@@ -158,11 +167,18 @@ impl Control {
     }
 }
 
+/// What a pass did, and when the next is due although nothing happens.
+#[derive(Debug)]
+pub struct PassResult {
+    pub applied: Applied,
+    pub recheck_at: Option<Timestamp>,
+}
+
 /// One pass over a group: snapshot, cycle, apply; re-read and retry when the apply finds that
 /// capacity changed since the snapshot.
 impl Control {
     /// One pass over a group.
-    pub async fn run_pass(&self, group: &str) -> Result<Applied, StoreError> {
+    pub async fn run_pass(&self, group: &str) -> Result<PassResult, StoreError> {
         let store = &self.store;
         let mut attempt = 0;
         loop {
@@ -199,7 +215,10 @@ impl Control {
                     if !changes_agents {
                         self.views.remember(snapshot, generation);
                     }
-                    return Ok(applied);
+                    return Ok(PassResult {
+                        applied,
+                        recheck_at: decisions.recheck_at,
+                    });
                 }
                 Err(e) => return Err(e),
             }

@@ -25,13 +25,14 @@ pub use corral_api::events::Event;
 pub use corral_api::tokens::Role;
 
 /// Which events `list_events` returns, newest first: every given field must match;
-/// `before_id` continues below that id.
+/// `before_id` continues below that id; `after_id` returns those above it, oldest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventFilter {
     pub group: Option<String>,
     pub session: Option<String>,
     pub agent: Option<String>,
     pub before_id: Option<i64>,
+    pub after_id: Option<i64>,
     /// At most this many; `None`: all.
     pub limit: Option<u32>,
 }
@@ -183,9 +184,17 @@ impl Store {
         if let Some(before) = filter.before_id {
             w.and("id < ?", [Arg::Int(before)]);
         }
+        if let Some(after) = filter.after_id {
+            w.and("id > ?", [Arg::Int(after)]);
+        }
+        let order = if filter.after_id.is_some() {
+            "ASC"
+        } else {
+            "DESC"
+        };
         let mut sql = format!(
             "SELECT id, at, group_name, session, agent, kind, message FROM events{} \
-             ORDER BY id DESC",
+             ORDER BY id {order}",
             w.sql()
         );
         if let Some(limit) = filter.limit {

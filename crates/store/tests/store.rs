@@ -518,6 +518,7 @@ on_both!(apply_writes_every_decision, |db| {
             },
         ],
         scale_out_demand: slots("cpu=4"),
+        recheck_at: None,
     };
     let applied = s.apply("g", &snap, &decisions, t(100)).await.unwrap();
     assert_eq!(
@@ -949,6 +950,15 @@ on_both!(events_page_newest_first, |db| {
         .await
         .unwrap();
     assert_eq!(messages(rest), ["event 2", "event 1", "event 0"]);
+    // Following: the events above an id, oldest first.
+    let newer = s
+        .list_events(&EventFilter {
+            after_id: Some(ids[2]),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(messages(newer), ["event 3", "event 4"]);
     let in_g = s
         .list_events(&EventFilter {
             group: Some("g".into()),

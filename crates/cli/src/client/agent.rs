@@ -9,7 +9,7 @@ use corral_core::{Agent, AgentState, Slots};
 
 use super::http::{json, parse, Api, Reply};
 use super::render::{self, fields, opt_time, or_dash, pairs, slots, table, word};
-use super::{key_value, Out};
+use super::{api_name, key_value, Out};
 
 #[derive(Subcommand)]
 pub enum Command {
@@ -18,6 +18,9 @@ pub enum Command {
         /// Only agents of this group.
         #[arg(long, value_name = "G")]
         group: Option<String>,
+        /// Only agents in this state.
+        #[arg(long, value_enum)]
+        state: Option<StateArg>,
         #[command(flatten)]
         out: Out,
     },
@@ -71,10 +74,21 @@ pub enum Command {
     },
 }
 
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum StateArg {
+    Alive,
+    Marked,
+    Lost,
+    Terminated,
+}
+
 pub async fn run(api: &Api, command: Command) -> Result<()> {
     match command {
-        Command::Ls { group, out } => {
-            let reply = api.get(&["agents"], &[("group", group)]).await?;
+        Command::Ls { group, state, out } => {
+            let state = state.map(|s| api_name(&s));
+            let reply = api
+                .get(&["agents"], &[("group", group), ("state", state)])
+                .await?;
             if !render::json(out.output, &reply) {
                 print_agents(&parse::<Vec<_>>(&reply)?);
             }

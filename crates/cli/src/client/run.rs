@@ -93,16 +93,23 @@ async fn copy_logs(api: &Api, id: &str, offsets: &mut [u64; 2]) -> Result<()> {
 }
 
 /// Prints a session's log (stdout, or stderr); with `follow`, keeps printing until it ends.
-pub async fn logs(api: &Api, id: &str, stderr: bool, follow: bool) -> Result<()> {
+pub async fn logs(
+    api: &Api,
+    id: &str,
+    stderr: bool,
+    follow: bool,
+    tail: Option<usize>,
+) -> Result<()> {
     let stream = if stderr { "stderr" } else { "stdout" };
     let mut offset = 0u64;
+    if let Some(lines) = tail {
+        let (end, last) = last_lines(api, id, stream, lines).await?;
+        std::io::stdout().write_all(&last)?;
+        std::io::stdout().flush()?;
+        offset = end;
+    }
     loop {
-        let chunk = api
-            .get_bytes(
-                &["sessions", id, "logs", stream],
-                &[("offset", Some(offset.to_string()))],
-            )
-            .await?;
+        let chunk = log_from(api, id, stream, offset).await?;
         if !chunk.is_empty() {
             offset += chunk.len() as u64;
             std::io::stdout().write_all(&chunk)?;
@@ -115,17 +122,52 @@ pub async fn logs(api: &Api, id: &str, stderr: bool, follow: bool) -> Result<()>
         let view: SessionView = parse(&api.get(&["sessions", id], &[]).await?)?;
         if view.session.state.is_terminal() {
             // One more read: the last bytes land before the end is reported.
-            let chunk = api
-                .get_bytes(
-                    &["sessions", id, "logs", stream],
-                    &[("offset", Some(offset.to_string()))],
-                )
-                .await?;
+            let chunk = log_from(api, id, stream, offset).await?;
             std::io::stdout().write_all(&chunk)?;
             return Ok(());
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// A session's log from `offset` (as much as the manager sends in one read).
+async fn log_from(api: &Api, id: &str, stream: &str, offset: u64) -> Result<Vec<u8>> {
+    api.get_bytes(
+        &["sessions", id, "logs", stream],
+        &[("offset", Some(offset.to_string()))],
+    )
+    .await
+}
+
+/// The last `lines` lines of a session's log as it stands, and where the log ends. The log is
+/// read through once, keeping only what the tail needs.
+async fn last_lines(api: &Api, id: &str, stream: &str, lines: usize) -> Result<(u64, Vec<u8>)> {
+    let mut offset = 0u64;
+    let mut kept: Vec<u8> = Vec::new();
+    loop {
+        let chunk = log_from(api, id, stream, offset).await?;
+        if chunk.is_empty() {
+            return Ok((offset, kept));
+        }
+        offset += chunk.len() as u64;
+        kept.extend_from_slice(&chunk);
+        let start = tail_start(&kept, lines);
+        kept.drain(..start);
+    }
+}
+
+/// Where the last `lines` lines of `text` start (a last line without its newline counts).
+fn tail_start(text: &[u8], lines: usize) -> usize {
+    if lines == 0 {
+        return text.len();
+    }
+    let body = text.strip_suffix(b"\n").unwrap_or(text);
+    body.iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(lines - 1)
+        .map_or(0, |(i, _)| i + 1)
 }
 
 /// Downloads every output of a session into `dir`, keeping their relative paths.
@@ -158,4 +200,20 @@ pub async fn outputs(api: &Api, resource: &[&str], dir: &Path, json_out: bool) -
         println!("{}  {} bytes", target.display(), data.len());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tail_start;
+
+    #[test]
+    fn the_tail_starts_after_the_newline_before_the_last_lines() {
+        let text = b"a\nb\nc\n";
+        assert_eq!(&text[tail_start(text, 2)..], b"b\nc\n");
+        assert_eq!(&text[tail_start(text, 5)..], text);
+        assert_eq!(&text[tail_start(text, 0)..], b"");
+        let open = b"a\nb\nc";
+        assert_eq!(&open[tail_start(open, 1)..], b"c");
+        assert_eq!(&open[tail_start(open, 2)..], b"b\nc");
+    }
 }

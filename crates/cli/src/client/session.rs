@@ -1,5 +1,7 @@
 //! `corral session`: submit, list, inspect and cancel compute sessions.
 
+use std::collections::HashMap;
+
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
 use corral_api::sessions::{NewSession, SessionView, Submitted};
@@ -49,7 +51,7 @@ pub enum Command {
         #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
-    /// List sessions, oldest first (users see their own).
+    /// List sessions, newest first (users see their own).
     Ls {
         /// Only sessions of this group.
         #[arg(long, value_name = "G")]
@@ -72,6 +74,10 @@ pub enum Command {
         /// Sessions not ended (pending, scheduled, running) first, then the others.
         #[arg(long)]
         active: bool,
+        /// Then print each session of the listing again whenever it changes (state, wait
+        /// reason), until interrupted (with -o json: one JSON object per line).
+        #[arg(long, short)]
+        watch: bool,
         #[command(flatten)]
         out: Out,
     },
@@ -118,6 +124,9 @@ pub enum Command {
         /// The error stream instead of the output.
         #[arg(long)]
         stderr: bool,
+        /// Only the last N lines (then, with --follow, what comes after them).
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
     },
     /// Download a session's outputs into a directory (or list them with -o json).
     Outputs {
@@ -186,7 +195,12 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let code = super::run::run_session(api, &body, &inputs).await?;
             std::process::exit(code);
         }
-        Command::Logs { id, follow, stderr } => super::run::logs(api, &id, stderr, follow).await?,
+        Command::Logs {
+            id,
+            follow,
+            stderr,
+            tail,
+        } => super::run::logs(api, &id, stderr, follow, tail).await?,
         Command::Outputs { id, dir, out } => {
             let json = matches!(out.output, Output::Json);
             super::run::outputs(api, &["sessions", &id], &dir, json).await?
@@ -232,6 +246,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             after,
             oldest,
             active,
+            watch,
             out,
         } => {
             let order = if oldest { "oldest" } else { "newest" };
@@ -258,10 +273,15 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     .get(&["sessions"], &query(Some(false), Some(rest)))
                     .await?;
                 sessions.extend(parse::<Vec<SessionView>>(&ended)?);
-                if matches!(out.output, Output::Json) {
+                if matches!(out.output, Output::Json) && !watch {
                     println!("{}", serde_json::to_string_pretty(&sessions)?);
                     return Ok(());
                 }
+            }
+            if watch {
+                let json = matches!(out.output, Output::Json);
+                let next = || async { api.get(&["sessions"], &query(None, limit)).await };
+                return watch_sessions(sessions, next, json).await;
             }
             if render::json(out.output, &reply) {
                 return Ok(());
@@ -296,42 +316,84 @@ fn reason(s: &SessionView) -> String {
     or_dash(s.reason())
 }
 
-fn print_sessions(sessions: &[SessionView], now: i64) {
-    let rows: Vec<Vec<String>> = sessions
-        .iter()
-        .map(|s| {
-            let ended = s.session.state.is_terminal();
-            let duration = s.started_at.map(|start| {
-                let end = if ended { s.updated_at.0 } else { now };
-                render::span(end - start.0)
-            });
-            let what = match (&s.spec.command[..], &s.session.image) {
-                ([], Some(image)) => image.clone(),
-                (command, _) => command_line(command),
-            };
-            vec![
-                s.session.id.0.clone(),
-                word(&s.session.state),
-                s.session.group.clone(),
-                s.session.owner.clone(),
-                slots(&s.session.request),
-                or_dash(s.session.agent.as_ref().map(|a| a.0.as_str())),
-                render::span(now - s.session.submitted_at.0),
-                or_dash(duration.as_deref()),
-                what,
-                reason(s),
-            ]
-        })
-        .collect();
-    table(
-        "sessions",
-        &[
-            "ID", "STATE", "GROUP", "OWNER", "REQUEST", "AGENT", "AGE", "DURATION", "COMMAND",
-            "REASON",
-        ],
-        &rows,
-    );
+const SESSION_HEADER: [&str; 10] = [
+    "ID", "STATE", "GROUP", "OWNER", "REQUEST", "AGENT", "AGE", "DURATION", "COMMAND", "REASON",
+];
+
+fn session_row(s: &SessionView, now: i64) -> Vec<String> {
+    let ended = s.session.state.is_terminal();
+    let duration = s.started_at.map(|start| {
+        let end = if ended { s.updated_at.0 } else { now };
+        render::span(end - start.0)
+    });
+    let what = match (&s.spec.command[..], &s.session.image) {
+        ([], Some(image)) => image.clone(),
+        (command, _) => command_line(command),
+    };
+    vec![
+        s.session.id.0.clone(),
+        word(&s.session.state),
+        s.session.group.clone(),
+        s.session.owner.clone(),
+        slots(&s.session.request),
+        or_dash(s.session.agent.as_ref().map(|a| a.0.as_str())),
+        render::span(now - s.session.submitted_at.0),
+        or_dash(duration.as_deref()),
+        what,
+        reason(s),
+    ]
 }
+
+fn print_sessions(sessions: &[SessionView], now: i64) {
+    let rows: Vec<Vec<String>> = sessions.iter().map(|s| session_row(s, now)).collect();
+    table("sessions", &SESSION_HEADER, &rows);
+}
+
+/// `session ls --watch`: the listing, then each of its sessions again when it changes, as
+/// `kubectl get --watch` prints them. `next` reads the listing again.
+async fn watch_sessions<F, Fut>(first: Vec<SessionView>, next: F, json: bool) -> Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<super::http::Reply>>,
+{
+    use std::io::Write;
+    let mut seen: HashMap<String, SessionView> = HashMap::new();
+    let mut changed = first;
+    changed.reverse();
+    if !json {
+        println!("{}", SESSION_HEADER.join("  "));
+    }
+    loop {
+        let now = now_ms();
+        let mut stdout = std::io::stdout().lock();
+        for s in changed {
+            if json {
+                writeln!(stdout, "{}", serde_json::to_string(&s)?)?;
+            } else {
+                writeln!(stdout, "{}", session_row(&s, now).join("  "))?;
+            }
+            seen.insert(s.session.id.0.clone(), s);
+        }
+        stdout.flush()?;
+        drop(stdout);
+        tokio::time::sleep(WATCH_POLL).await;
+        let mut listed: Vec<SessionView> = parse(&next().await?)?;
+        listed.sort_by_key(|s| s.updated_at);
+        changed = listed
+            .into_iter()
+            .filter(|s| {
+                seen.get(&s.session.id.0).is_none_or(|old| {
+                    old.session.state != s.session.state
+                        || old.wait_reason != s.wait_reason
+                        || old.session.agent != s.session.agent
+                })
+            })
+            .collect();
+    }
+}
+
+/// How often `session ls --watch` reads the listing again.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Now, in ms since the epoch, as the manager's timestamps are.
 fn now_ms() -> i64 {

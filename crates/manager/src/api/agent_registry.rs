@@ -97,6 +97,7 @@ pub(super) async fn register_agent(
         (status = 400, response = ErrorResponse),
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
+        (status = 404, response = ErrorResponse),
     )
 )]
 pub(super) async fn list_agents(
@@ -104,7 +105,14 @@ pub(super) async fn list_agents(
     _: Caller,
     Query(q): Query<AgentQuery>,
 ) -> Result<Json<Vec<Agent>>> {
-    Ok(Json(app.store.list_agents(q.group.as_deref()).await?))
+    if let Some(group) = &q.group {
+        super::find_group(&app, group).await?;
+    }
+    let mut agents = app.store.list_agents(q.group.as_deref()).await?;
+    if let Some(state) = q.state {
+        agents.retain(|a| a.state == state);
+    }
+    Ok(Json(agents))
 }
 
 async fn find_agent(app: &App, id: &str) -> Result<Agent> {

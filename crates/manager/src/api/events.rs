@@ -39,13 +39,32 @@ pub(super) async fn list_events(
             ));
         };
         own_session(&app, &caller, session).await?;
+    } else if let Some(session) = q.session.as_deref() {
+        if app.store.get_session(session).await?.is_none() {
+            return Err(ApiError::not_found("session", session));
+        }
+    }
+    if let Some(group) = &q.group {
+        super::find_group(&app, group).await?;
     }
     let filter = EventFilter {
         group: q.group,
         session: q.session,
         agent: q.agent,
         before_id: q.before,
+        after_id: q.after,
         limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
     };
-    Ok(Json(app.store.list_events(&filter).await?))
+    let events = app.store.list_events(&filter).await?;
+    // A removed agent's events stay readable; an agent never seen is an error.
+    if let Some(agent) = filter.agent.as_deref() {
+        if events.is_empty()
+            && filter.before_id.is_none()
+            && filter.after_id.is_none()
+            && app.store.get_agent(agent).await?.is_none()
+        {
+            return Err(ApiError::not_found("agent", agent));
+        }
+    }
+    Ok(Json(events))
 }

@@ -26,9 +26,15 @@ pub struct Settings {
     /// Seconds an agent stays idle before scale-in marks it.
     #[arg(long, value_name = "N")]
     idle_wait_secs: Option<u64>,
-    /// Seconds after a launch during which nothing more is launched.
+    /// Seconds after a launch during which nothing more is launched (default 0).
     #[arg(long, value_name = "N")]
     cooldown_secs: Option<u64>,
+    /// Scale-out waits until no session arrived for this many milliseconds (default 1000).
+    #[arg(long, value_name = "MS")]
+    batch_idle_ms: Option<u64>,
+    /// ...or until the first session of the burst waited this many milliseconds (default 10000).
+    #[arg(long, value_name = "MS")]
+    batch_max_ms: Option<u64>,
     /// The order in which pending sessions are considered.
     #[arg(long, value_enum)]
     scheduler: Option<Sequencer>,
@@ -97,6 +103,8 @@ impl Settings {
             self.idle_wait_secs.map(Value::from),
         );
         set(policy, "cooldown_secs", self.cooldown_secs.map(Value::from));
+        set(policy, "batch_idle_ms", self.batch_idle_ms.map(Value::from));
+        set(policy, "batch_max_ms", self.batch_max_ms.map(Value::from));
         set(
             scheduler,
             "sequencer",
@@ -181,7 +189,7 @@ pub(super) fn policy_patch(
         }
     }
     if patch.is_empty() {
-        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --scheduler, --placement, --head-of-line, --skip-after or --file");
+        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after or --file");
     }
     Ok(Value::Object(patch))
 }

@@ -54,6 +54,10 @@ pub(super) fn print_group(view: &GroupView) {
         ("headroom", slots(&p.headroom)),
         ("idle wait", format!("{}s", p.idle_wait_secs)),
         ("cooldown", format!("{}s", p.cooldown_secs)),
+        (
+            "batching",
+            format!("{}ms idle, {}ms at most", p.batch_idle_ms, p.batch_max_ms),
+        ),
         ("launches/pass", p.max_launches_per_pass.to_string()),
         ("scheduler", word(&s.sequencer)),
         ("placement", word(&s.placement)),
