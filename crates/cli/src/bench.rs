@@ -53,6 +53,17 @@ pub enum Target {
         #[arg(long, default_value_t = 20)]
         window_secs: u64,
     },
+    /// Scale-out for a burst: sessions submitted at once to a `demand` group with the default
+    /// batching window, timed from the first submit to the last launch call they need, and the
+    /// passes that launched (the provider is a plugin that records its calls).
+    Scale {
+        /// Sessions in the burst (one CPU each; the template has eight).
+        #[arg(long, default_value_t = 1000)]
+        sessions: usize,
+        /// Clients submitting at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: usize,
+    },
     /// Batch systems: jobs submitted per second through the API to the real Slurm on this host,
     /// and the time of one poll of all their states (`.ci/slurm.sh` starts a Slurm).
     Batch {
@@ -94,6 +105,13 @@ pub fn run(target: Target) -> Result<()> {
         } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(crate::bench_agent::run(sessions, agents, window_secs))
+        }
+        Target::Scale {
+            sessions,
+            concurrency,
+        } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(crate::bench_scale::run(sessions.max(1), concurrency.max(1)))
         }
         Target::Batch {
             jobs,

@@ -203,6 +203,13 @@ impl InProcess {
     }
 }
 
+impl InProcess {
+    /// The manager's data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self._dir.path()
+    }
+}
+
 impl Drop for InProcess {
     fn drop(&mut self) {
         self.server.abort();

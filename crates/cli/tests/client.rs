@@ -596,8 +596,12 @@ fn set_policy_changes_only_the_settings_given() {
         "{failed}"
     );
     let shown = m.admin(&["group", "instances", "g1"]).ok().to_string();
+    let held = shown
+        .lines()
+        .find(|l| l.starts_with("held: "))
+        .unwrap_or("");
     assert!(
-        shown.contains("0 more now") && shown.contains("backs off"),
+        held.starts_with("held: small:") && held.contains("backs off for"),
         "{shown}"
     );
     // An agent makes the group in use.

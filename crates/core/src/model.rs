@@ -301,6 +301,18 @@ pub enum AgentState {
     Terminated,
 }
 
+/// As the API spells it: `alive`, `marked`, `lost`, `terminated`.
+impl fmt::Display for AgentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AgentState::Alive => "alive",
+            AgentState::Marked => "marked",
+            AgentState::Lost => "lost",
+            AgentState::Terminated => "terminated",
+        })
+    }
+}
+
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -159,9 +159,9 @@ fn unavailable(input: &ScaleInput, k: usize) -> NoLaunch {
         })
         .map(|a| {
             let state = match a.state {
-                AgentState::Lost => "lost",
-                _ if a.drained_by_hand => "drained",
-                _ => "marked for scale-in",
+                AgentState::Marked if a.drained_by_hand => "drained",
+                AgentState::Marked => "marked for scale-in",
+                other => return format!("{} ({other})", a.id),
             };
             format!("{} ({state})", a.id)
         })

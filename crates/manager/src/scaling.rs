@@ -98,6 +98,8 @@ struct Connected {
     /// `None` when connecting failed: tried again every `reconcile_secs` (the configuration
     /// may be fine and the vendor briefly unreachable, or a plugin not installed yet).
     provider: Option<Box<dyn Provider>>,
+    /// Why there is no provider.
+    error: Option<String>,
     at: Instant,
 }
 
@@ -179,9 +181,14 @@ impl Driver {
         control: &Arc<Control>,
     ) -> Result<(), StoreError> {
         let Some(provider) = connected.and_then(|c| c.provider.as_deref()) else {
-            // Not connected: in-flight rows still time out, so the policy can go on; the next
-            // try to connect is a reconcile interval away.
+            // Not connected: what nothing can launch fails now, so that its templates back off
+            // and waiting sessions say why; in-flight rows still time out, so the policy can go
+            // on; the next try to connect is a reconcile interval away.
             self.next_reconcile = Instant::now() + Duration::from_secs(settings.reconcile_secs);
+            let why = connected
+                .and_then(|c| c.error.as_deref())
+                .unwrap_or("no provider");
+            self.unlaunchable(why, control).await?;
             return self.time_out(None, settings, control).await;
         };
         self.launch(provider, settings, control).await?;
@@ -223,10 +230,11 @@ impl Driver {
         let config: ProviderConfig = match parsed.transpose() {
             Ok(c) => c.unwrap_or_default(),
             Err(e) => {
-                self.event("provider", None, e).await?;
+                self.event("provider", None, e.clone()).await?;
                 self.connected = Some(Connected {
                     key,
                     provider: None,
+                    error: Some(e),
                     at: Instant::now(),
                 });
                 return Ok(());
@@ -245,7 +253,7 @@ impl Driver {
         };
         let timeout = Duration::from_secs(config.launch.call_timeout_secs);
         let templates: Vec<String> = context.templates.iter().map(|t| t.name.clone()).collect();
-        let provider = match bounded(
+        let (provider, error) = match bounded(
             timeout,
             "connect",
             corral_provider::connect(&config, context),
@@ -256,17 +264,18 @@ impl Driver {
                 tracing::info!(group = self.group, provider = config.name, "provider ready");
                 self.check_templates(p.as_ref(), &config.name, &templates, timeout)
                     .await?;
-                Some(p)
+                (Some(p), None)
             }
             Err(e) => {
-                self.event("provider", None, format!("provider {}: {e}", config.name))
-                    .await?;
-                None
+                let error = format!("provider {}: {e}", config.name);
+                self.event("provider", None, error.clone()).await?;
+                (None, Some(error))
             }
         };
         self.connected = Some(Connected {
             key,
             provider,
+            error,
             at: Instant::now(),
         });
         Ok(())
@@ -405,6 +414,27 @@ impl Driver {
                     .await?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Without a provider, the requested instances fail at once, each template backing off with
+    /// `why`.
+    async fn unlaunchable(&self, why: &str, control: &Arc<Control>) -> Result<(), StoreError> {
+        let requested = self
+            .store
+            .list_instances(&self.group, &[InstancePhase::Requested])
+            .await?;
+        let mut by_template: BTreeMap<&str, usize> = BTreeMap::new();
+        let now = now();
+        for r in &requested {
+            if self.never_started(r, why, now).await? {
+                *by_template.entry(&r.template).or_default() += 1;
+            }
+        }
+        for (template, count) in by_template {
+            let what = format!("launching {count} × {template} failed ({why})");
+            self.failure(template, false, &what, now, control).await?;
         }
         Ok(())
     }

@@ -800,7 +800,7 @@ on_both!(
             .post(
                 "/api/v1/groups",
                 r#"{"name": "cloud", "provider": {"name": "exec",
-                    "options": {"command": "/opt/plugin", "secret_env": {"API_KEY": "s3cret"}},
+                    "options": {"command": "/bin/true", "secret_env": {"API_KEY": "s3cret"}},
                     "launch": {"max_provisioning_secs": 120}}}"#,
             )
             .await;
@@ -841,8 +841,12 @@ on_both!(
         for (body, field) in [
             (r#"{"name": "azure"}"#, "provider.name"),
             (
-                r#"{"name": "exec", "options": {"command": "/x", "bogus": 1}}"#,
+                r#"{"name": "exec", "options": {"command": "/bin/true", "bogus": 1}}"#,
                 "provider.options.bogus",
+            ),
+            (
+                r#"{"name": "exec", "options": {"command": "/opt/no-such-plugin"}}"#,
+                "provider.options.command",
             ),
             (
                 r#"{"name": "static", "launch": {"budget": 0}}"#,
@@ -897,7 +901,7 @@ async fn wait_event(m: &Manager, group: &str, kind: &str, words: &str) {
 }
 
 #[tokio::test]
-async fn a_plugin_installed_late_is_picked_up_and_templates_it_lacks_are_reported() {
+async fn a_plugin_not_installed_is_refused_naming_it_and_templates_it_lacks_are_reported() {
     let m = Manager::start(None).await;
     let dir = tempfile::tempdir().unwrap();
     let plugin = dir.path().join("plugin.sh");
@@ -907,10 +911,19 @@ async fn a_plugin_installed_late_is_picked_up_and_templates_it_lacks_are_reporte
         "provider": {"name": "exec", "options": {"command": plugin},
                      "launch": {"reconcile_secs": 1}},
     });
+    // Not there yet: refused, naming the path, and nothing is created.
     let r = m.post("/api/v1/groups", &body.to_string()).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    // Not there yet: the driver says so, and tries again.
-    wait_event(&m, "cloud", "provider", "plugin.sh").await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(
+        r.body["error"]["details"]["field"],
+        "provider.options.command"
+    );
+    let message = r.body["error"]["message"].as_str().unwrap();
+    assert!(message.contains(plugin.to_str().unwrap()), "{message}");
+    assert_eq!(
+        m.get("/api/v1/groups/cloud").await.status,
+        StatusCode::NOT_FOUND
+    );
 
     // A plugin offering only its own templates.
     std::fs::write(
@@ -920,12 +933,71 @@ async fn a_plugin_installed_late_is_picked_up_and_templates_it_lacks_are_reporte
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = m.post("/api/v1/groups", &body.to_string()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
     wait_event(
         &m,
         "cloud",
         "provider",
         "provider exec does not offer template(s) small; it offers gpu",
     )
+    .await;
+}
+
+/// A provider the driver cannot connect to (its plugin removed after the group was set up) fails
+/// what the policy launches at once, and the waiting session's reason says why, with the
+/// provider's own words.
+#[tokio::test]
+async fn a_provider_that_cannot_connect_shows_in_the_wait_reason() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = Manager::start(None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("plugin.sh");
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\ncase \"$(cat)\" in *'\"op\":\"templates\"'*) echo '{\"templates\": []}';; \
+         *) echo '{\"instances\": []}';; esac\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let body = serde_json::json!({
+        "name": "cloud",
+        "policy": {"kind": "demand", "max_nodes": 2},
+        "templates": [{"name": "small", "slots": "cpu=1", "max": 2}],
+        "provider": {"name": "exec", "options": {"command": plugin},
+                     "launch": {"reconcile_secs": 1}},
+    });
+    let r = m.post("/api/v1/groups", &body.to_string()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    // Removed; a change of templates makes the driver connect again, and fail.
+    std::fs::remove_file(&plugin).unwrap();
+    let r = m
+        .put(
+            "/api/v1/groups/cloud/templates",
+            r#"[{"name": "small", "slots": "cpu=1", "price_per_hour": 0.1, "max": 2}]"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    wait_event(&m, "cloud", "provider", "plugin.sh").await;
+
+    let r = m
+        .post(
+            "/api/v1/sessions",
+            r#"{"group": "cloud", "command": ["true"], "request": "cpu=1"}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    let what = "the session's wait reason naming the provider's failure";
+    corral_testkit::eventually_async(what, std::time::Duration::from_secs(20), || async {
+        let s = m.get(&format!("/api/v1/sessions/{id}")).await.body;
+        let reason = s["wait_reason"].as_str().unwrap_or_default().to_string();
+        if reason.contains("backs off") && reason.contains("plugin.sh") {
+            Ok(())
+        } else {
+            Err(reason)
+        }
+    })
     .await;
 }
 

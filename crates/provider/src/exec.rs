@@ -42,8 +42,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::local::{self, checked, KillGroupOnDrop};
 use crate::{
-    Context, ErrorClass, Instance, InstanceState, LaunchRequest, Provider, ProviderError,
-    TemplateOffer,
+    ConfigError, Context, ErrorClass, Instance, InstanceState, LaunchRequest, Provider,
+    ProviderError, TemplateOffer,
 };
 
 /// The protocol version sent in every request.
@@ -124,23 +124,39 @@ fn plugin_path<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
     }
 }
 
+impl Options {
+    /// The plugin is installed: an executable file (checked when a group is configured, so
+    /// that a typo is refused at once rather than found at the first launch).
+    pub fn check(&self) -> Result<(), ConfigError> {
+        installed(&self.command).map_err(|why| {
+            crate::options::invalid_option("command", format!("{}: {why}", self.command.display()))
+        })
+    }
+}
+
+/// Why `path` is not an executable file, if it is not.
+fn installed(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err("is not an executable file".into());
+    }
+    Ok(())
+}
+
 pub struct ExecProvider {
     options: Options,
     context: Context,
 }
 
 pub async fn connect(options: Options, context: Context) -> Result<ExecProvider, ProviderError> {
-    use std::os::unix::fs::PermissionsExt;
     let fatal = |why: String| {
         ProviderError::fatal(format!(
             "exec provider: plugin {}: {why}",
             options.command.display()
         ))
     };
-    let meta = std::fs::metadata(&options.command).map_err(|e| fatal(e.to_string()))?;
-    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-        return Err(fatal("is not an executable file".into()));
-    }
+    installed(&options.command).map_err(fatal)?;
     std::fs::create_dir_all(&context.state_dir).map_err(|e| {
         fatal(format!(
             "creating its directory {}: {e}",

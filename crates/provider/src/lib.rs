@@ -209,7 +209,11 @@ fn read_options(
         "static" => parse::<static_provider::Options>(options).map(|_| Options::Static)?,
         "process" => Options::Process(parse(options)?),
         "docker" => Options::Docker(parse(options)?),
-        "exec" => Options::Exec(parse(options)?),
+        "exec" => {
+            let o: exec::Options = parse(options)?;
+            o.check()?;
+            Options::Exec(o)
+        }
         "batch" => {
             let o: batch::Options = parse(options)?;
             o.check()?;

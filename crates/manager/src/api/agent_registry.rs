@@ -192,7 +192,7 @@ async fn set_mark(app: App, caller: Caller, id: String, marked: bool) -> Result<
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "refused",
-            format!("agent {id:?} is {:?}, not alive or marked", agent.state).to_lowercase(),
+            format!("agent {id:?} is {}, not alive or marked", agent.state),
         ));
     }
     let (state, by_hand) = if marked {

@@ -120,7 +120,12 @@ pub(super) fn print_instances(list: &InstanceList) {
         ],
         &rows,
     );
+    // Held: nothing more may launch now; a budget partly spent still lets some launch.
     for (template, h) in &list.held {
-        println!("held: {template}: {} more now; {}", h.allowed, h.reason);
+        if h.allowed == 0 {
+            println!("held: {template}: {}", h.reason);
+        } else {
+            println!("budget: {template}: {} more now; {}", h.allowed, h.reason);
+        }
     }
 }
