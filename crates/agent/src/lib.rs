@@ -308,12 +308,19 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     }
 }
 
-fn spec_of(a: &Assignment) -> SessionSpec {
+/// The runtime's spec of an assignment. The session learns its id, group and allocation from
+/// its environment (`CORRAL_SESSION_ID`, `CORRAL_GROUP`, `CORRAL_ALLOCATION` such as
+/// `cpu=2,mem=4GiB`), set after its own variables so that what it is told is true.
+fn spec_of(a: &Assignment, group: &str) -> SessionSpec {
+    let mut environment = a.environment.clone();
+    environment.insert("CORRAL_SESSION_ID".into(), a.id.clone());
+    environment.insert("CORRAL_GROUP".into(), group.to_string());
+    environment.insert("CORRAL_ALLOCATION".into(), a.allocation.to_string());
     SessionSpec {
         id: a.id.clone(),
         command: a.command.clone(),
         image: a.image.clone(),
-        environment: a.environment.clone(),
+        environment,
         limits: Limits {
             cpu_milli: a.allocation.get("cpu").milli(),
             mem_bytes: a.allocation.get("mem").milli() / 1000,
@@ -340,7 +347,7 @@ async fn start(agent: &Arc<Agent>, a: Assignment) {
     }
     match agent
         .runtime
-        .start(&spec_of(&a), &agent.config.work_root)
+        .start(&spec_of(&a, &agent.config.group), &agent.config.work_root)
         .await
     {
         Ok(()) => {
@@ -431,7 +438,7 @@ async fn upload_outputs(agent: &Agent, a: &Assignment) -> Outputs {
     let root = agent.config.work_root.join(&a.id).join("outputs");
     let collected = match agent
         .runtime
-        .collect_outputs(&spec_of(a), &agent.config.work_root)
+        .collect_outputs(&spec_of(a, &agent.config.group), &agent.config.work_root)
         .await
     {
         Ok(c) => c,

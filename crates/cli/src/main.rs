@@ -145,6 +145,12 @@ enum Command {
     /// and write the client configuration, so that `corral session run -- echo hello` works
     /// from another terminal without flags.
     Dev(daemons::DevArgs),
+    /// Print a completion script for a shell: `corral completions bash > /etc/bash_completion.d/corral`,
+    /// `corral completions zsh > "${fpath[1]}/_corral"`, `corral completions fish > ~/.config/fish/completions/corral.fish`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 fn main() -> ExitCode {
@@ -311,6 +317,11 @@ fn run(cli: Cli) -> Result<()> {
         }) => daemons::run_agent(daemon, conn.server, conn.token, conn.ca_file),
         Command::Client(command) => client::run(command),
         Command::Dev(args) => daemons::run_dev(args),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "corral", &mut std::io::stdout());
+            Ok(())
+        }
     }
 }
 

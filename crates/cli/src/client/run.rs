@@ -15,9 +15,16 @@ use super::render::word;
 /// How often a waiting client asks again.
 const POLL: Duration = Duration::from_millis(100);
 
+/// The exit code of a run interrupted by Ctrl-C, as a shell reports SIGINT.
+const INTERRUPTED: i32 = 130;
+
 /// Submits, waits (saying on a terminal what the session waits for), prints its output as it
-/// comes, and returns its exit code.
+/// comes, and returns its exit code. Ctrl-C cancels the session (and the run exits 130 once it
+/// has ended); a second Ctrl-C leaves it running and says how to follow it.
 pub async fn run_session(api: &Api, body: &NewSession, inputs: &[String]) -> Result<i32> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupts = signal(SignalKind::interrupt()).context("listening for Ctrl-C")?;
+    let mut cancelled = false;
     let reply = api.post(&["sessions"], Some(&json(body)?)).await?;
     let id = parse::<Submitted>(&reply)?.id;
     super::session::upload_inputs(api, &["sessions", &id], inputs).await?;
@@ -54,6 +61,7 @@ pub async fn run_session(api: &Api, body: &NewSession, inputs: &[String]) -> Res
             // Agents upload the last of the logs before they report the end.
             copy_logs(api, &id, &mut offsets).await?;
             return Ok(match (session.state, view.exit_code) {
+                (SessionState::Cancelled, _) if cancelled => INTERRUPTED,
                 (_, Some(code)) => code,
                 (SessionState::Succeeded, None) => 0,
                 (state, None) => {
@@ -63,7 +71,21 @@ pub async fn run_session(api: &Api, body: &NewSession, inputs: &[String]) -> Res
                 }
             });
         }
-        tokio::time::sleep(POLL).await;
+        tokio::select! {
+            _ = tokio::time::sleep(POLL) => {}
+            _ = interrupts.recv() => {
+                if cancelled {
+                    eprintln!("detached: session {id} goes on; follow it with `corral session logs {id} -f`");
+                    return Ok(INTERRUPTED);
+                }
+                cancelled = true;
+                eprintln!("cancelling session {id} (Ctrl-C again to leave it running)");
+                // A session that ended meanwhile is refused (409): the loop reports its end.
+                if let Err(e) = api.post(&["sessions", &id, "cancel"], None).await {
+                    eprintln!("{e:#}");
+                }
+            }
+        }
     }
 }
 

@@ -19,9 +19,9 @@ const DEFAULT_PAGE: u32 = 100;
 pub enum Command {
     /// Submit a session and print its id; a request no agent or template could ever hold is refused with the reason.
     Submit {
-        /// The scaling group to run in.
+        /// The scaling group to run in [default: `group` in the config file, else dev].
         #[arg(long, value_name = "G")]
-        group: String,
+        group: Option<String>,
         /// Interactive (a person waits on it) or batch.
         #[arg(long = "type", value_enum, value_name = "TYPE")]
         kind: Option<SessionType>,
@@ -29,8 +29,8 @@ pub enum Command {
         #[arg(long, value_name = "IMG")]
         image: Option<String>,
         /// The slots the session needs, e.g. cpu=2,mem=4GiB,gpu=0.5.
-        #[arg(long, value_name = "SLOTS")]
-        request: Option<Slots>,
+        #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
+        request: Slots,
         /// Higher runs first under the priority scheduler (-1000 to 1000).
         #[arg(long, value_name = "N", allow_negative_numbers = true)]
         priority: Option<i32>,
@@ -44,6 +44,9 @@ pub enum Command {
         /// A path in the session's directory kept after it ends; repeat for more.
         #[arg(long = "output", value_name = "PATH")]
         outputs: Vec<String>,
+        /// Submit this many identical sessions (an array), printing one id per line.
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        count: u32,
         /// How to print: the new id, or the manager's JSON answer (here `--output` is a session output path, so the long form is --format).
         #[arg(long = "format", short = 'o', value_enum, default_value_t)]
         format: Output,
@@ -175,14 +178,8 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             outputs,
             command,
         } => {
-            let group = match group {
-                Some(g) => g,
-                None => super::config::load_client_config()?
-                    .group
-                    .unwrap_or_else(|| "dev".into()),
-            };
             let body = NewSession {
-                group,
+                group: group_or_default(group)?,
                 kind: corral_core::SessionType::Batch,
                 image,
                 command,
@@ -214,14 +211,12 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             env,
             inputs,
             outputs,
+            count,
             format,
             command,
         } => {
-            let Some(request) = request else {
-                bail!("say what the session needs with --request, e.g. --request cpu=1,mem=2GiB");
-            };
             let body = NewSession {
-                group,
+                group: group_or_default(group)?,
                 kind: kind.map(|k| api_value(&k)).transpose()?.unwrap_or_default(),
                 image,
                 command,
@@ -231,11 +226,14 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 outputs,
                 environment: env.into_iter().collect(),
             };
-            let reply = api.post(&["sessions"], Some(&json(&body)?)).await?;
-            let id = parse::<Submitted>(&reply)?.id;
-            upload_inputs(api, &["sessions", &id], &inputs).await?;
-            if !render::json(format, &reply) {
-                println!("{id}");
+            let body = json(&body)?;
+            for _ in 0..count {
+                let reply = api.post(&["sessions"], Some(&body)).await?;
+                let id = parse::<Submitted>(&reply)?.id;
+                upload_inputs(api, &["sessions", &id], &inputs).await?;
+                if !render::json(format, &reply) {
+                    println!("{id}");
+                }
             }
         }
         Command::Ls {
@@ -342,6 +340,16 @@ fn session_row(s: &SessionView, now: i64) -> Vec<String> {
         what,
         reason(s),
     ]
+}
+
+/// The group given, else the config file's, else `dev` (what `corral dev` creates).
+fn group_or_default(group: Option<String>) -> Result<String> {
+    Ok(match group {
+        Some(g) => g,
+        None => super::config::load_client_config()?
+            .group
+            .unwrap_or_else(|| "dev".into()),
+    })
 }
 
 fn print_sessions(sessions: &[SessionView], now: i64) {
