@@ -49,6 +49,10 @@ pub struct Decisions {
     pub placements: Vec<Placement>,
     pub waiting: Vec<SessionReason>,
     pub scale_out_demand: Slots,
+    /// When a pass would decide otherwise with nothing else changed (a batching window or the
+    /// cooldown ends); `None` when nothing waits on time.
+    #[serde(default)]
+    pub recheck_at: Option<corral_core::Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,6 +7,7 @@ mod bench_batch;
 mod bench_scale;
 mod client;
 mod daemons;
+mod server_config;
 mod table;
 
 use std::io::{Read, Write};
@@ -50,6 +51,10 @@ enum Command {
     },
     /// Run the manager: the REST API, the control loop and the store.
     Server {
+        /// A TOML file whose keys are these flags' names (`listen`, `data_dir`, ...): each
+        /// applies unless the flag or its CORRAL_* variable is given (deploy/server.toml).
+        #[arg(long, env = "CORRAL_SERVER_CONFIG", value_name = "FILE")]
+        config: Option<PathBuf>,
         /// Holds admin.token and, without --database-url, the SQLite database corral.db.
         #[arg(long, env = "CORRAL_DATA_DIR", default_value = "corral-data")]
         data_dir: PathBuf,
@@ -60,18 +65,19 @@ enum Command {
         #[arg(long, env = "CORRAL_DATABASE_URL")]
         database_url: Option<String>,
         /// Seconds between passes of a group when nothing happens.
-        #[arg(long, default_value_t = 5.0)]
+        #[arg(long, env = "CORRAL_TICK_SECS", default_value_t = 5.0)]
         tick_secs: f64,
         /// Seconds between an idle agent's syncs (its heartbeat).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, env = "CORRAL_HEARTBEAT_SECS", default_value_t = 5)]
         heartbeat_secs: u64,
         /// Seconds of silence after which an agent is lost and its sessions follow the group's
         /// on_agent_lost policy.
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, env = "CORRAL_LOST_AFTER_SECS", default_value_t = 30)]
         lost_after_secs: u64,
         /// Seconds after which terminated agents (with their tokens), ended instances and used
         /// or expired bootstrap tokens are forgotten; 0 keeps them [default: a week].
-        #[arg(long, default_value_t = corral_manager::DEFAULT_RETENTION.as_secs())]
+        #[arg(long, env = "CORRAL_RETENTION_SECS",
+              default_value_t = corral_manager::DEFAULT_RETENTION.as_secs())]
         retention_secs: u64,
         /// The URL agents that providers launch use to reach this manager [default:
         /// http://<listen>, with 127.0.0.1 for 0.0.0.0].
@@ -154,7 +160,12 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Err(e) = server_config::apply::<Cli>(&args) {
+        eprintln!("error: {e:#}");
+        return ExitCode::FAILURE;
+    }
+    let cli = Cli::parse_from(args);
     // A short-lived command dies quietly when the reader of its output goes away (`corral plan
     // f.json | head`), as command-line tools do, instead of panicking on a failed write. A
     // daemon keeps SIGPIPE ignored (Rust's default): a log reader or a plugin that goes away
@@ -218,6 +229,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Server {
+            config: _,
             data_dir,
             listen,
             database_url,
