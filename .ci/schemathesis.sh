@@ -185,7 +185,8 @@ def defuse(provider):
                 options[key] = safe
     if provider.get("name") == "exec" and isinstance(options.get("command"), str) \
             and options["command"].startswith("/"):
-        options["command"] = "/nonexistent/plugin"
+        # An executable that exists (configuring a group checks it) and does nothing.
+        options["command"] = "/bin/false"
     # Pilot jobs: every command (the scheduler's, and making a pilot's directory) runs as an
     # account that does not exist, so none runs; and no scheduler's command is found.
     batch = options.get("batch") if provider.get("name") == "batch" else None

@@ -91,8 +91,10 @@ pub struct ScalingPolicy {
     /// turns a burst into one launch).
     pub cooldown_secs: u64,
     /// Scale-out for new demand waits until no session has arrived for this long...
+    #[cfg_attr(feature = "openapi", schema(maximum = 3_600_000))]
     pub batch_idle_ms: u64,
     /// ...or until the first session of the burst has waited this long, whichever comes first.
+    #[cfg_attr(feature = "openapi", schema(maximum = 3_600_000))]
     pub batch_max_ms: u64,
     /// Cap on instances launched in one pass.
     pub max_launches_per_pass: u32,
