@@ -93,12 +93,7 @@ pub async fn run_session(api: &Api, body: &NewSession, inputs: &[String]) -> Res
 async fn copy_logs(api: &Api, id: &str, offsets: &mut [u64; 2]) -> Result<()> {
     for (i, stream) in ["stdout", "stderr"].into_iter().enumerate() {
         loop {
-            let chunk = api
-                .get_bytes(
-                    &["sessions", id, "logs", stream],
-                    &[("offset", Some(offsets[i].to_string()))],
-                )
-                .await?;
+            let chunk = log_from(api, id, stream, offsets[i]).await?;
             if chunk.is_empty() {
                 break;
             }
