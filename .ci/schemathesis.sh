@@ -219,6 +219,12 @@ def before_call(ctx, case, kwargs):
         # The long poll: never hold a sync for seconds.
         if path.endswith("/sync") and isinstance(body.get("wait_secs"), (int, float)):
             body["wait_secs"] = 0
+    query = case.query if isinstance(case.query, dict) else None
+    if query is not None and isinstance(query.get("wait_ms"), (int, float)):
+        # Blocking reads: a few ms, never the seconds a valid wait may hold a request (a wait
+        # beyond the maximum stays, to be refused).
+        if query["wait_ms"] <= 30000:
+            query["wait_ms"] = min(query["wait_ms"], 20)
     if path == "/api/v1/groups/{name}/batch":
         # Bindings go to fx2 and run no scheduler's command: fx stays unbound, so the job routes
         # answer from what they check (the body, the group, the binding) and reach no scheduler.

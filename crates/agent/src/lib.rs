@@ -379,11 +379,11 @@ fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
         let (mut state, exit_code, mut reason) = match exit {
             Ok(Exit::Code(0)) => (ReportedState::Succeeded, Some(0), None),
             Ok(Exit::Code(c)) => (ReportedState::Failed, Some(c), None),
-            Ok(Exit::Signal(s)) => (
-                ReportedState::Failed,
-                None,
-                Some(format!("killed by signal {s}")),
-            ),
+            // The exit code a shell gives it (128 + n), so `session run` exits as the shell
+            // would have.
+            Ok(exit @ Exit::Signal(_)) => {
+                (ReportedState::Failed, exit.code(), Some(exit.to_string()))
+            }
             Ok(Exit::Failed(why)) => (ReportedState::Failed, None, Some(why)),
             Err(e) => (
                 ReportedState::Failed,

@@ -72,7 +72,7 @@ impl Client {
             .ok_or_else(|| ClientError::NotAServer {
                 server: server.clone(),
             })?;
-        let http = tls::client_builder(ca_file)?
+        let http = tls::client_builder(base.scheme() == "https", ca_file)?
             .user_agent(concat!("corral/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(CONNECT_TIMEOUT)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
@@ -200,6 +200,43 @@ impl Client {
         data: Vec<u8>,
     ) -> Result<Reply<T>, ClientError> {
         self.answer(self.request(method, url).body(data)).await
+    }
+
+    /// A blocking read of a resource with an ETag (a session): its new state and ETag once it
+    /// differs from what `etag` names, or `None` if it still does after the manager waited up
+    /// to `wait` for a change (304 Not Modified).
+    pub async fn get_changed<T: DeserializeOwned, S: AsRef<str>>(
+        &self,
+        path: &[S],
+        etag: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<(Reply<T>, Option<String>)>, ClientError> {
+        let wait_ms = wait.as_millis().to_string();
+        let url = self.url(path, &[("wait_ms", etag.map(|_| wait_ms))]);
+        let mut request = self.request(Method::GET, url);
+        if let Some(etag) = etag {
+            request = request.header(reqwest::header::IF_NONE_MATCH, etag);
+        }
+        let response = request.send().await.map_err(|e| self.transport(&e))?;
+        if response.status() == StatusCode::NOT_MODIFIED {
+            return Ok(None);
+        }
+        let tag = response
+            .headers()
+            .get(reqwest::header::ETAG)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let status = response.status();
+        let text = response.text().await.map_err(|e| self.transport(&e))?;
+        if !status.is_success() {
+            return Err(self.refusal(status, &text));
+        }
+        let reply = Reply {
+            text,
+            server: self.server.clone(),
+            _body: PhantomData,
+        };
+        Ok(Some((reply, tag)))
     }
 
     /// An answer that is bytes, not JSON (logs, input and output files).

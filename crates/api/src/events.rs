@@ -32,4 +32,8 @@ pub struct EventQuery {
     pub after: Option<i64>,
     /// Clamped to 1..=1000; default 100.
     pub limit: Option<u32>,
+    /// With `after`: when there is no newer event yet, wait for one for at most this many ms
+    /// (0 to 30,000; default 0: answer at once).
+    #[cfg_attr(feature = "openapi", param(maximum = 30_000))]
+    pub wait_ms: Option<u64>,
 }

@@ -47,6 +47,8 @@ pub struct Submitted {
     pub id: String,
     #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Pending))]
     pub state: SessionState,
+    /// What the session needs: its request, raised to its image's minimums.
+    pub required: Slots,
 }
 
 /// The submitted fields the cycle does not read, kept with the session. Only its owner and

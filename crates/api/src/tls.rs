@@ -30,10 +30,18 @@ pub fn install_crypto_provider() {
 }
 
 /// A reqwest client builder that verifies `https://` managers against the system's roots
-/// plus the certificates in `ca_file` (PEM). Plain `http://` works as before.
-pub fn client_builder(ca_file: Option<&Path>) -> Result<reqwest::ClientBuilder, TlsError> {
+/// plus the certificates in `ca_file` (PEM). A client of an `http://` manager (`https` false)
+/// skips reading the system's roots, which costs a short command most of its start-up.
+pub fn client_builder(
+    https: bool,
+    ca_file: Option<&Path>,
+) -> Result<reqwest::ClientBuilder, TlsError> {
     install_crypto_provider();
-    let mut roots = system_roots().clone();
+    let mut roots = if https {
+        system_roots().clone()
+    } else {
+        rustls::RootCertStore::empty()
+    };
     if let Some(path) = ca_file {
         let fail = |message: String| TlsError::CaFile {
             path: path.to_path_buf(),

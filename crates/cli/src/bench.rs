@@ -64,6 +64,14 @@ pub enum Target {
         #[arg(long, default_value_t = 32)]
         concurrency: usize,
     },
+    /// `corral session run` against `srun`, side by side: the median wall time of `true` and of
+    /// `sh -c 'echo hello; sleep 0.2'` through `corral dev`, and through this host's Slurm when
+    /// one answers (`.ci/slurm.sh` starts one).
+    Run {
+        /// Timed runs of each command (after three to warm up).
+        #[arg(long, default_value_t = 30)]
+        runs: usize,
+    },
     /// Batch systems: jobs submitted per second through the API to the real Slurm on this host,
     /// and the time of one poll of all their states (`.ci/slurm.sh` starts a Slurm).
     Batch {
@@ -113,6 +121,7 @@ pub fn run(target: Target) -> Result<()> {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(crate::bench_scale::run(sessions.max(1), concurrency.max(1)))
         }
+        Target::Run { runs } => crate::bench_run::run(runs.max(1)),
         Target::Batch {
             jobs,
             concurrency,

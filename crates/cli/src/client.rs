@@ -19,6 +19,7 @@ use clap::{Args, Subcommand, ValueEnum};
 
 use crate::Output;
 use http::Api;
+pub use http::CallError;
 
 /// Which manager, as whom. Flag, then environment, then the config file, then the default.
 /// No `Debug`: it holds the token.

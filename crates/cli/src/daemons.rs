@@ -308,15 +308,21 @@ fn write_client_config(server: &str, token: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The file holds a token: readable by its owner only.
+/// The file holds a token: readable by its owner only. Written beside and renamed, so a
+/// client that reads it as it appears never finds it half-written.
 fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    let mut beside = path.as_os_str().to_owned();
+    beside.push(".new");
+    let beside = std::path::PathBuf::from(beside);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
-        .open(path)?;
-    f.write_all(data)
+        .open(&beside)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&beside, path)
 }

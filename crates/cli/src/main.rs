@@ -4,6 +4,7 @@ mod bench;
 mod bench_agent;
 mod bench_api;
 mod bench_batch;
+mod bench_run;
 mod bench_scale;
 mod client;
 mod daemons;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use corral_core::plan::{plan, Problem};
 use corral_manager::serve::Connections;
 
@@ -165,7 +166,9 @@ fn main() -> ExitCode {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
     }
-    let cli = Cli::parse_from(args);
+    let matches = Cli::command().get_matches_from(args);
+    let json_errors = wants_json(&matches);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A short-lived command dies quietly when the reader of its output goes away (`corral plan
     // f.json | head`), as command-line tools do, instead of panicking on a failed write. A
     // daemon keeps SIGPIPE ignored (Rust's default): a log reader or a plugin that goes away
@@ -183,10 +186,53 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Not eprintln!, which panics when standard error is closed.
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            let _ = if json_errors {
+                writeln!(std::io::stderr(), "{}", error_json(&e))
+            } else {
+                writeln!(std::io::stderr(), "error: {e:#}")
+            };
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether the command line asks for JSON (`-o json`, `--output json`, `--format json`): then
+/// errors are JSON too.
+fn wants_json(matches: &clap::ArgMatches) -> bool {
+    let mut level = Some(matches);
+    while let Some(m) = level {
+        for id in ["output", "format"] {
+            if let Ok(Some(mut values)) = m.try_get_raw(id) {
+                if values.any(|v| v == "json") {
+                    return true;
+                }
+            }
+        }
+        level = m.subcommand().map(|(_, sub)| sub);
+    }
+    false
+}
+
+/// An error as JSON on standard error: `{"error": {"message": ...}}`, with the manager's
+/// `status`, `code` and `details` when it refused the call.
+fn error_json(e: &anyhow::Error) -> serde_json::Value {
+    let mut error = serde_json::json!({"message": format!("{e:#}")});
+    if let Some(client::CallError {
+        error:
+            corral_api::ClientError::Refused {
+                status,
+                code,
+                details,
+                ..
+            },
+        ..
+    }) = e.downcast_ref::<client::CallError>()
+    {
+        error["status"] = (*status).into();
+        error["code"] = code.clone().into();
+        error["details"] = details.clone();
+    }
+    serde_json::json!({ "error": error })
 }
 
 /// The subcommands that run until stopped: `server`, `agent` and `dev`.
@@ -330,7 +376,6 @@ fn run(cli: Cli) -> Result<()> {
         Command::Client(command) => client::run(command),
         Command::Dev(args) => daemons::run_dev(args),
         Command::Completions { shell } => {
-            use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "corral", &mut std::io::stdout());
             Ok(())
         }

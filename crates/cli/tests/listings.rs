@@ -81,11 +81,8 @@ fn sessions_are_listed_newest_first_and_active_first_on_request() {
 /// The lines a long-running `corral` command prints, as they come.
 fn lines_of(c: &Cluster, args: &[&str]) -> (common::Proc, std::sync::mpsc::Receiver<String>) {
     use std::io::BufRead;
-    let mut child = std::process::Command::new(common::CORRAL)
-        .args(args)
-        .env("CORRAL_SERVER", c.url())
-        .env("CORRAL_TOKEN", &c.token)
-        .env("CORRAL_CONFIG", c.dir.path().join("none.toml"))
+    let mut child = c
+        .command(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

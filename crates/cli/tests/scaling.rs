@@ -195,15 +195,6 @@ fn the_process_provider_scales_a_group_out_and_back_to_zero() {
     assert!(left.is_empty(), "agents still running: {left:?}");
 }
 
-/// Docker is reachable; without it the test is skipped, saying so (and fails under CI=true).
-fn docker_available() -> bool {
-    let ok = std::process::Command::new("docker")
-        .arg("info")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    corral_testkit::require("a Docker daemon", ok)
-}
-
 #[test]
 fn the_docker_provider_scales_a_group_out_and_back_to_zero() {
     if !docker_available() {
@@ -535,4 +526,45 @@ fn the_readme_burst_runs_on_three_agents_at_once_and_the_group_goes_back_to_zero
             .count();
         (standing == 0 && live_instances(&c) == 0).then_some(())
     });
+}
+
+/// An instance the vendor accepts but whose agent never joins is no success: the template backs
+/// off longer after each one, instead of starting again from the first backoff.
+#[test]
+fn instances_that_never_join_back_off_longer_each_time() {
+    let c = Cluster::start(5);
+    // The "agent" exits at once: the process provider starts it, nothing joins.
+    let binary = c.dir.path().join("no-agent.sh");
+    std::fs::write(&binary, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&binary, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let provider = json!({
+        "name": "process",
+        "options": {"binary": binary},
+        "launch": {"max_provisioning_secs": 1, "reconcile_secs": 1,
+                   "backoff_initial_secs": 1, "backoff_max_secs": 600},
+    });
+    let file = c.dir.path().join("group.json");
+    std::fs::write(&file, group(provider).to_string()).unwrap();
+    ok(c.cli(&["group", "create", "auto", "--file", file.to_str().unwrap()]));
+    c.submit(&["--group", "auto", "--request", "cpu=1", "--", "true"]);
+    let failures = c.until_for(60, "two failed launches", || {
+        let failed: Vec<String> = events(&c)
+            .into_iter()
+            .filter(|e| e["kind"] == "launch_failed")
+            .map(|e| e["message"].as_str().unwrap().to_string())
+            .collect();
+        (failed.len() >= 2).then_some(failed)
+    });
+    assert!(
+        failures[0].contains("did not join within 1 s"),
+        "{failures:?}"
+    );
+    assert!(
+        failures[0].contains("backs off for 1 s (failure 1 in a row)"),
+        "{failures:?}"
+    );
+    assert!(
+        failures[1].contains("backs off for 2 s (failure 2 in a row)"),
+        "{failures:?}"
+    );
 }

@@ -49,11 +49,8 @@ fn ctrl_c_on_session_run_cancels_the_session() {
     let c = Cluster::start(60);
     ok(c.cli(&["group", "create", "dev"]));
     let _agent = c.agent("a1", "dev", "cpu=4");
-    let run = std::process::Command::new(common::CORRAL)
-        .args(["session", "run", "--", "sleep", "300"])
-        .env("CORRAL_SERVER", c.url())
-        .env("CORRAL_TOKEN", &c.token)
-        .env("CORRAL_CONFIG", c.dir.path().join("none.toml"))
+    let run = c
+        .command(&["session", "run", "--", "sleep", "300"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -169,7 +169,7 @@ mod tests {
         );
         assert_eq!(
             check(&s, "fpga=1"),
-            Err("fpga=1 requested; the largest agent or template offers fpga=0".into())
+            Err("fpga=1 requested; no agent or template of the group has a \"fpga\" slot".into())
         );
     }
 

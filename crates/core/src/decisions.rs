@@ -88,13 +88,22 @@ impl fmt::Display for Infeasible {
                     if i > 0 {
                         f.write_str("; ")?;
                     }
-                    write!(
-                        f,
-                        "{slot}={} requested; the largest agent or template offers {slot}={}",
-                        e.requested.display_for(&e.slot),
-                        e.largest.display_for(&e.slot),
-                        slot = e.slot
-                    )?;
+                    let requested = e.requested.display_for(&e.slot);
+                    if e.largest == Quantity::ZERO {
+                        // A slot nothing has: most often a typo (`cpus`, `gpus`).
+                        write!(
+                            f,
+                            "{slot}={requested} requested; no agent or template of the group has a \"{slot}\" slot",
+                            slot = e.slot
+                        )?;
+                    } else {
+                        write!(
+                            f,
+                            "{slot}={requested} requested; the largest agent or template offers {slot}={}",
+                            e.largest.display_for(&e.slot),
+                            slot = e.slot
+                        )?;
+                    }
                 }
                 Ok(())
             }

@@ -157,7 +157,7 @@ async fn join(
     app.store
         .upsert_agent_with_event(&agent, Some(&joined), now)
         .await?;
-    if instance.is_some() {
+    if let Some(instance) = &instance {
         app.store
             .move_instance(
                 &req.id,
@@ -168,6 +168,11 @@ async fn join(
                 now,
             )
             .await?;
+        // A launch succeeds when its agent joins, not when the vendor accepts it: instances
+        // that boot without a working agent keep their template backing off, longer each time.
+        if let Some(driver) = app.control.driver(&group.name) {
+            driver.succeeded(&instance.template);
+        }
     }
     let (_, token) = create_token(&app.store, Role::Agent, &req.id, now).await?;
     app.control.wake(&group.name);
@@ -272,6 +277,7 @@ async fn sync(
                 running.push(report.id.clone());
                 if record.session.state == SessionState::Scheduled {
                     app.store.start_session(&report.id, now).await?;
+                    app.control.sessions.bump(&report.id);
                 }
             }
             ReportedState::Succeeded | ReportedState::Failed => {
@@ -290,6 +296,7 @@ async fn sync(
                 app.store
                     .finish_session(&report.id, state, report.exit_code, now, &reason)
                     .await?;
+                app.control.sessions.bump(&report.id);
                 app.control.wake(&record.session.group);
             }
         }
@@ -313,6 +320,7 @@ async fn sync(
                     &format!("agent {id} no longer runs it"),
                 )
                 .await?;
+            app.control.sessions.bump(sid);
             app.control.wake(&gone.session.group);
         }
     }
@@ -432,14 +440,33 @@ struct Offset {
 impl Offset {
     /// The offset as a file position (files end before 2^63 bytes).
     fn position(&self) -> Result<u64> {
-        if i64::try_from(self.offset).is_err() {
-            return Err(ApiError::invalid(
-                "offset",
-                format!("{} is beyond any file's end", self.offset),
-            ));
-        }
-        Ok(self.offset)
+        position(self.offset)
     }
+}
+
+/// An offset as a file position (files end before 2^63 bytes).
+fn position(offset: u64) -> Result<u64> {
+    if i64::try_from(offset).is_err() {
+        return Err(ApiError::invalid(
+            "offset",
+            format!("{offset} is beyond any file's end"),
+        ));
+    }
+    Ok(offset)
+}
+
+/// `?offset=N&wait_ms=M` of a log read: from where, and how long to wait for bytes there.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct LogRead {
+    #[serde(default)]
+    #[param(maximum = 9_223_372_036_854_775_807_u64)]
+    offset: u64,
+    /// Hold the answer until the log has bytes past `offset` or the session has ended, for at
+    /// most this many ms (0 to 30,000; default 0: answer at once).
+    #[param(maximum = 30_000)]
+    wait_ms: Option<u64>,
 }
 
 /// Serialises appends to one log: the size check and the write happen as one step, so two
@@ -508,6 +535,7 @@ async fn append_log(
         .map_err(io_error)?;
     f.write_all(&body).await.map_err(io_error)?;
     f.flush().await.map_err(io_error)?;
+    app.control.sessions.bump(&record.session.id.0);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -698,8 +726,8 @@ fn io_error(e: std::io::Error) -> ApiError {
 #[utoipa::path(
     get,
     path = "/api/v1/sessions/{id}/logs/{stream}",
-    summary = "A session's log from offset, at most 1 MiB per read (a running batch job's from where the job writes it)",
-    params(("id" = String, Path, description = "the session"), ("stream" = inline(LogStream), Path, description = "the log"), Offset),
+    summary = "A session's log from offset, at most 1 MiB per read (a running batch job's from where the job writes it); with wait_ms, an answer that would be empty waits for bytes or the session's end",
+    params(("id" = String, Path, description = "the session"), ("stream" = inline(LogStream), Path, description = "the log"), LogRead),
     responses(
         (status = 200, description = "the bytes", body = inline(Binary), content_type = "application/octet-stream"),
         (status = 400, response = ErrorResponse),
@@ -715,18 +743,37 @@ async fn read_log(
     State(app): State<App>,
     caller: Caller,
     Path((id, stream)): Path<(String, String)>,
-    Query(q): Query<Offset>,
+    Query(q): Query<LogRead>,
 ) -> Result<impl IntoResponse> {
     let file = check_stream(&stream)?;
-    let offset = q.position()?;
-    let record = crate::api::own_session(&app, &caller, &id).await?;
+    let offset = position(q.offset)?;
+    let deadline = crate::changes::Wait { wait_ms: q.wait_ms }.deadline()?;
+    // Before the first read, so bytes appended between the read and the wait still wake it.
+    let mut changes = app.control.sessions.subscribe(&id);
+    loop {
+        let record = crate::api::own_session(&app, &caller, &id).await?;
+        let data = log_bytes(&app, &record, &stream, file, offset).await?;
+        let ended = record.session.state.is_terminal();
+        if !data.is_empty() || ended || tokio::time::Instant::now() >= deadline {
+            return Ok(([("content-type", "application/octet-stream")], data));
+        }
+        changes.changed(deadline).await;
+    }
+}
+
+/// At most [`MAX_LOG_READ`] bytes of a session's log from `offset`.
+async fn log_bytes(
+    app: &App,
+    record: &SessionRecord,
+    stream: &str,
+    file: &str,
+    offset: u64,
+) -> Result<Vec<u8>> {
     // A batch job's log is where the job writes it until the job has ended and it is kept.
     if record.batch_job.is_some() && !record.session.state.is_terminal() {
-        let data =
-            crate::batch_sessions::read_log(&app, &record, &stream, offset, MAX_LOG_READ).await?;
-        return Ok(([("content-type", "application/octet-stream")], data));
+        return crate::batch_sessions::read_log(app, record, stream, offset, MAX_LOG_READ).await;
     }
-    let path = session_dir(&app, &record.session.id.0).join(file);
+    let path = session_dir(app, &record.session.id.0).join(file);
     let data = match tokio::fs::File::open(&path).await {
         Ok(mut f) => {
             use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -747,7 +794,7 @@ async fn read_log(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(io_error(e)),
     };
-    Ok(([("content-type", "application/octet-stream")], data))
+    Ok(data)
 }
 
 #[utoipa::path(
@@ -858,6 +905,9 @@ pub async fn watch_liveness(app: App) {
             };
             match app.store.lose_agent(&agent, requeue, now).await {
                 Ok(sessions) => {
+                    app.control
+                        .sessions
+                        .bump_each(sessions.iter().map(String::as_str));
                     tracing::warn!(
                         agent,
                         group,
@@ -922,6 +972,7 @@ async fn terminate_due(app: &App) -> Result<(), corral_store::StoreError> {
                         Ok(_) | Err(corral_store::StoreError::Conflict { .. }) => {}
                         Err(e) => return Err(e),
                     }
+                    app.control.sessions.bump(&r.session.id.0);
                     tracing::info!(session = r.session.id.0, reason, "terminated");
                     if let Some(agent) = &r.session.agent {
                         app.control.wake_agent(&agent.0);
@@ -978,6 +1029,7 @@ async fn fail_overdue_inputs(
             ) => continue,
             Err(e) => return Err(e),
         }
+        app.control.sessions.bump(&r.session.id.0);
         tracing::info!(session = r.session.id.0, reason, "failed");
         if let Some(agent) = &r.session.agent {
             app.control.wake_agent(&agent.0);

@@ -348,12 +348,16 @@ async fn step(
                 return Ok(false);
             }
             app.store.set_wait_reason(id, Some(&reason)).await?;
+            app.control.sessions.bump(id);
             Ok(true)
         }
         Progress::Running if pending => {
             let reason = format!("job {} started", job.id);
             match app.store.start_batch_session(id, now(), &reason).await {
-                Ok(()) | Err(StoreError::Conflict { .. }) => Ok(true),
+                Ok(()) | Err(StoreError::Conflict { .. }) => {
+                    app.control.sessions.bump(id);
+                    Ok(true)
+                }
                 Err(e) => Err(e.into()),
             }
         }
@@ -392,6 +396,7 @@ async fn end(
         .await
     {
         Ok(_) => {
+            app.control.sessions.bump(id);
             tracing::info!(session = id, reason, "session job ended");
             Ok(true)
         }

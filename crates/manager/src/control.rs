@@ -10,6 +10,7 @@ use corral_store::{Applied, Store, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::changes::Changes;
 use crate::now;
 use crate::scaling::{DriverConfig, GroupDriver};
 use crate::views::Views;
@@ -26,6 +27,8 @@ pub struct Control {
     pub views: Views,
     /// Per agent, woken when something is placed on it (its sync may be waiting).
     agents: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Per session someone waits on (a blocking read), bumped when it changes.
+    pub sessions: Arc<Changes>,
     /// Per group, the vendor half of its scaling driver.
     drivers: Mutex<HashMap<String, Arc<GroupDriver>>>,
     driver_config: DriverConfig,
@@ -45,6 +48,7 @@ impl Control {
             workers: Mutex::default(),
             views: Views::default(),
             agents: Mutex::default(),
+            sessions: Arc::default(),
             drivers: Mutex::default(),
             driver_config,
         })
@@ -212,6 +216,10 @@ impl Control {
                     for agent in placed_on {
                         self.wake_agent(agent);
                     }
+                    let decided = (decisions.placements.iter().map(|p| &p.session))
+                        .chain(decisions.rejections.iter().map(|r| &r.session))
+                        .chain(decisions.waiting.iter().map(|w| &w.session));
+                    self.sessions.bump_each(decided.map(|s| s.0.as_str()));
                     if !changes_agents {
                         self.views.remember(snapshot, generation);
                     }

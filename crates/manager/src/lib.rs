@@ -7,6 +7,7 @@ pub mod api;
 pub mod auth;
 mod batch;
 mod batch_sessions;
+pub mod changes;
 pub mod control;
 pub mod error;
 mod extract;

@@ -86,7 +86,8 @@ impl GroupDriver {
         (until, failures)
     }
 
-    fn succeeded(&self, template: &str) {
+    /// An instance of `template` joined: its backoff ends.
+    pub(crate) fn succeeded(&self, template: &str) {
         let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
         g.0.succeeded(template);
     }
@@ -385,7 +386,6 @@ impl Driver {
                         }
                     }
                     if !launched.is_empty() {
-                        self.me.succeeded(template);
                         let message = format!(
                             "launched {} × {template}: {}",
                             launched.len(),

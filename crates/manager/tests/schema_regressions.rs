@@ -3,37 +3,9 @@
 
 mod common;
 
-use common::Manager;
+use common::{hello_in_the_log, scheduled_session, Manager};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-
-/// A group `g` with one agent `a1` and one session scheduled on it; the session's id.
-async fn scheduled_session(m: &Manager) -> String {
-    let r = m
-        .post(
-            "/api/v1/groups",
-            r#"{"name": "g", "templates": [{"name": "small", "slots": "cpu=2"}]}"#,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let r = m
-        .post(
-            "/api/v1/agents",
-            r#"{"id": "a1", "group": "g", "capacity": "cpu=4"}"#,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let r = m
-        .post(
-            "/api/v1/sessions",
-            r#"{"group": "g", "command": ["true"], "request": "cpu=1"}"#,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
-    let id = r.body["id"].as_str().unwrap().to_string();
-    m.wait_session(&id, |s| s["state"] == "scheduled").await;
-    id
-}
 
 /// JSON Schema's `integer` takes `34967.0`; so does every integer field of the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,18 +93,7 @@ async fn objects_are_not_arrays() {
 async fn a_log_read_past_the_end_is_empty() {
     let m = Manager::start(None).await;
     let id = scheduled_session(&m).await;
-    let r = m
-        .client
-        .post(format!(
-            "{}/api/v1/agents/a1/sessions/{id}/logs/stdout?offset=0",
-            m.base
-        ))
-        .bearer_auth(&m.admin)
-        .body("hello\n")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    hello_in_the_log(&m, &id).await;
     for offset in [6, 7, 1 << 40, 9223372036854775806u64, i64::MAX as u64] {
         let r = m
             .get(&format!(

@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use corral_api::agents::RegisterAgent;
 use corral_core::{Agent, AgentState, Slots};
+use serde_json::json;
 
 use super::http::{json, parse, Api, Reply};
 use super::render::{self, fields, opt_time, or_dash, pairs, slots, table, word};
@@ -118,7 +119,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         }
         Command::Rm { id, out } => {
             let reply = api.delete(&["agents", &id]).await?;
-            if !render::json(out.output, &reply) {
+            if !render::json_or(out.output, &reply, || json!({"deleted": "agent", "id": id})) {
                 println!("agent {id} removed");
             }
         }

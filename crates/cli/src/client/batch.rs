@@ -9,6 +9,7 @@ use corral_api::batch::{
     BatchConfig, BatchJob, BatchOptions, ConfigChange, JobSpec, Node, QueueState, Rendered,
     SchedulerConfig, SignalBody, SubmittedJob, SystemName,
 };
+use serde_json::json;
 
 use super::http::{json as body_of, parse, Api};
 use super::render::{self, command_line, fields, or_dash, table};
@@ -314,7 +315,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         Command::Unbind { group, out } => {
             let group = group.name()?;
             let reply = api.delete(&["groups", &group, "batch"]).await?;
-            if !render::json(out.output, &reply) {
+            if !render::json_or(out.output, &reply, || json!({"unbound": group})) {
                 println!("group {group} bound to no batch system");
             }
         }

@@ -217,7 +217,11 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         }
         Command::Delete { name, out } => {
             let reply = api.delete(&["groups", &name]).await?;
-            if !render::json(out.output, &reply) {
+            if !render::json_or(
+                out.output,
+                &reply,
+                || json!({"deleted": "group", "name": name}),
+            ) {
                 println!("deleted group {name}");
             }
         }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{bail, Result};
 use corral_api::tls::CertificateProblem;
 use corral_api::{Client, ClientError, Transport};
 use serde_json::Value;
@@ -65,6 +65,30 @@ impl Api {
         reply(self.client.delete(path).await)
     }
 
+    /// A blocking read of a session: its next state once it differs from the one `etag` names
+    /// (or at once without one), or `None` if nothing changed within `wait`.
+    pub async fn get_changed(
+        &self,
+        path: &[&str],
+        etag: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<(Reply, Option<String>)>> {
+        let Some((answer, tag)) = self
+            .client
+            .get_changed::<Value, _>(path, etag, wait)
+            .await
+            .map_err(advice)?
+        else {
+            return Ok(None);
+        };
+        let value = answer.body().map_err(advice)?;
+        let reply = Reply {
+            text: answer.text,
+            value,
+        };
+        Ok(Some((reply, tag)))
+    }
+
     /// Uploads a file's bytes.
     pub async fn put_bytes(&self, path: &[&str], data: Vec<u8>) -> Result<()> {
         let url = self.client.url(path, &[]);
@@ -94,6 +118,22 @@ fn reply(answer: Result<corral_api::Reply<Value>, ClientError>) -> Result<Reply>
     })
 }
 
+/// A call that failed, with what the user can change to fix it; kept typed so that errors
+/// under `--output json` carry the manager's status and code.
+#[derive(Debug)]
+pub struct CallError {
+    pub error: ClientError,
+    hint: &'static str,
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.error, self.hint)
+    }
+}
+
+impl std::error::Error for CallError {}
+
 /// The client's error, with what the user can change to fix it.
 pub fn advice(e: ClientError) -> anyhow::Error {
     let hint = match &e {
@@ -107,7 +147,7 @@ pub fn advice(e: ClientError) -> anyhow::Error {
         } => " (or CORRAL_CA_FILE, or ca_file in the config file)",
         _ => "",
     };
-    anyhow!("{e}{hint}")
+    anyhow::Error::new(CallError { error: e, hint })
 }
 
 /// A typed body as the JSON value the calls take.

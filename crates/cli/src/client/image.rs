@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::Subcommand;
 use corral_api::images::ImageUpdate;
 use corral_core::{Image, Slots};
+use serde_json::json;
 
 use super::http::{json, parse, Api};
 use super::render::{self, slots, table};
@@ -68,7 +69,11 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         }
         Command::Delete { name, out } => {
             let reply = api.delete(&["images", &name]).await?;
-            if !render::json(out.output, &reply) {
+            if !render::json_or(
+                out.output,
+                &reply,
+                || json!({"deleted": "image", "name": name}),
+            ) {
                 println!("deleted image {name}");
             }
         }

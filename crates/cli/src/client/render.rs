@@ -11,12 +11,20 @@ use serde_json::value::RawValue;
 use super::http::Reply;
 use crate::Output;
 
-/// `--output json` prints the reply as sent, only indented, so the manager's field order stays.
-/// Returns whether it printed (the caller prints a table otherwise).
+/// `--output json` prints the reply as sent, only indented, so the manager's field order stays;
+/// an answer with no content (204) prints `{}`, so a script always reads JSON. Returns whether
+/// it printed (the caller prints a table otherwise).
 pub fn json(output: Output, reply: &Reply) -> bool {
+    json_or(output, reply, || serde_json::json!({}))
+}
+
+/// [`json`], with what to print when the manager answered no content (what was deleted).
+pub fn json_or(output: Output, reply: &Reply, done: impl FnOnce() -> serde_json::Value) -> bool {
     match output {
         Output::Json => {
-            if !reply.text.trim().is_empty() {
+            if reply.text.trim().is_empty() {
+                println!("{:#}", done());
+            } else {
                 println!("{}", pretty(&reply.text));
             }
             true

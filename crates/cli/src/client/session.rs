@@ -113,6 +113,15 @@ pub enum Command {
         /// A path in the session's directory kept after it ends; repeat for more.
         #[arg(long = "output", value_name = "PATH")]
         outputs: Vec<String>,
+        /// Run this many identical sessions at once; their output is printed as it comes, and
+        /// the exit code is the highest of theirs (as srun's).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        count: u32,
+        /// How to print: the session's output as it comes, or (json) each session's final
+        /// state as the manager answers it, one per line, when it ends (here `--output` is a
+        /// session output path, so the long form is --format).
+        #[arg(long = "format", short = 'o', value_enum, default_value_t)]
+        format: Output,
         /// The command and its arguments, after `--`.
         #[arg(last = true, value_name = "COMMAND", required = true)]
         command: Vec<String>,
@@ -130,6 +139,10 @@ pub enum Command {
         /// Only the last N lines (then, with --follow, what comes after them).
         #[arg(long, value_name = "N")]
         tail: Option<usize>,
+        /// How to print: the bytes as written, or (json) one object per chunk read, with its
+        /// offset in the log and its text.
+        #[arg(long, short, value_enum, default_value_t, visible_alias = "format")]
+        output: Output,
     },
     /// Download a session's outputs into a directory (or list them with -o json).
     Outputs {
@@ -176,6 +189,8 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             env,
             inputs,
             outputs,
+            count,
+            format,
             command,
         } => {
             let body = NewSession {
@@ -189,7 +204,12 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 outputs,
                 ..NewSession::default()
             };
-            let code = super::run::run_session(api, &body, &inputs).await?;
+            let json = matches!(format, Output::Json);
+            let runs = (0..count).map(|_| super::run::run_session(api, &body, &inputs, json));
+            let mut code = 0;
+            for ended in futures_util::future::join_all(runs).await {
+                code = code.max(ended?);
+            }
             std::process::exit(code);
         }
         Command::Logs {
@@ -197,7 +217,11 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             follow,
             stderr,
             tail,
-        } => super::run::logs(api, &id, stderr, follow, tail).await?,
+            output,
+        } => {
+            let json = matches!(output, Output::Json);
+            super::run::logs(api, &id, stderr, follow, tail, json).await?
+        }
         Command::Outputs { id, dir, out } => {
             let json = matches!(out.output, Output::Json);
             super::run::outputs(api, &["sessions", &id], &dir, json).await?
@@ -218,18 +242,22 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let body = NewSession {
                 group: group_or_default(group)?,
                 kind: kind.map(|k| api_value(&k)).transpose()?.unwrap_or_default(),
-                image,
+                image: image.clone(),
                 command,
-                request,
+                request: request.clone(),
                 priority: priority.unwrap_or_default(),
                 inputs: input_names(&inputs)?,
                 outputs,
                 environment: env.into_iter().collect(),
             };
             let body = json(&body)?;
-            for _ in 0..count {
+            for i in 0..count {
                 let reply = api.post(&["sessions"], Some(&body)).await?;
-                let id = parse::<Submitted>(&reply)?.id;
+                let submitted = parse::<Submitted>(&reply)?;
+                if i == 0 {
+                    note_raised(&image, &request, &submitted);
+                }
+                let id = submitted.id;
                 upload_inputs(api, &["sessions", &id], &inputs).await?;
                 if !render::json(format, &reply) {
                     println!("{id}");
@@ -483,6 +511,17 @@ fn print_session(s: &SessionView) {
             .map(|h| vec![time(h.at.0), word(&h.state), h.reason.clone()])
             .collect();
         crate::table::print(&["AT", "STATE", "REASON"], &history);
+    }
+}
+
+/// Says on stderr when the image's minimums raised the request (what the session needs is then
+/// more than what was asked).
+pub(crate) fn note_raised(image: &Option<String>, asked: &Slots, submitted: &Submitted) {
+    if let Some(image) = image.as_deref().filter(|_| submitted.required != *asked) {
+        eprintln!(
+            "image {image}'s minimums raise the request {asked} to {}",
+            submitted.required
+        );
     }
 }
 

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 use clap::{Subcommand, ValueEnum};
 use corral_api::tokens::{NewToken, TokenCreated, TokenInfo};
+use serde_json::json;
 
 use super::http::{json, parse, Api};
 use super::render::{self, opt_time, or_dash, table, time, word};
@@ -96,7 +97,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         }
         Command::Revoke { id, out } => {
             let reply = api.delete(&["tokens", &id]).await?;
-            if !render::json(out.output, &reply) {
+            if !render::json_or(out.output, &reply, || json!({"revoked": "token", "id": id})) {
                 println!("token {id} revoked");
             }
         }

@@ -183,14 +183,19 @@ impl Cluster {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    pub fn cli(&self, args: &[&str]) -> Output {
-        Command::new(CORRAL)
+    /// `corral ARGS` as the admin, to be started (for commands that run until stopped).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(CORRAL);
+        command
             .args(args)
             .env("CORRAL_SERVER", self.url())
             .env("CORRAL_TOKEN", &self.token)
-            .env("CORRAL_CONFIG", self.dir.path().join("none.toml"))
-            .output()
-            .unwrap()
+            .env("CORRAL_CONFIG", self.dir.path().join("none.toml"));
+        command
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
     }
 
     /// `corral ARGS` as the user of `token`, in `dir`.
@@ -288,4 +293,13 @@ pub fn ok(out: Output) -> String {
         text(&out.stderr)
     );
     text(&out.stdout)
+}
+
+/// Docker is reachable; without it the test is skipped, saying so (and fails under CI=true).
+pub fn docker_available() -> bool {
+    let ok = Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    corral_testkit::require("a Docker daemon", ok)
 }

@@ -13,10 +13,13 @@ use crate::error::ApiError;
 use crate::extract::Query;
 use crate::App;
 
+/// How often a following read (`after` with `wait_ms`) looks for new events.
+const EVENT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 #[utoipa::path(
     get,
     path = "/api/v1/events",
-    summary = "Events, newest first (users: of their own sessions, with session=ID)",
+    summary = "Events, newest first (users: of their own sessions, with session=ID); with after, the newer ones oldest first, and wait_ms waits for one",
     params(EventQuery),
     responses(
         (status = 200, description = "success", body = Vec<Event>),
@@ -55,7 +58,17 @@ pub(super) async fn list_events(
         after_id: q.after,
         limit: Some(q.limit.unwrap_or(100).clamp(1, 1000)),
     };
-    let events = app.store.list_events(&filter).await?;
+    let deadline = crate::changes::Wait { wait_ms: q.wait_ms }.deadline()?;
+    let mut events = app.store.list_events(&filter).await?;
+    // Following: events are written in many places, so the wait reads again at a short period.
+    while events.is_empty() && filter.after_id.is_some() {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            break;
+        }
+        tokio::time::sleep_until(deadline.min(now + EVENT_POLL)).await;
+        events = app.store.list_events(&filter).await?;
+    }
     // A removed agent's events stay readable; an agent never seen is an error.
     if let Some(agent) = filter.agent.as_deref() {
         if events.is_empty()

@@ -4,8 +4,10 @@
 
 use super::openapi::ErrorResponse;
 use axum::extract::{Path, State};
+use axum::http::header::{CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 pub(crate) use corral_api::sessions::Spec;
 use corral_api::sessions::{NewSession, SessionQuery, SessionView, Submitted};
@@ -16,6 +18,7 @@ use serde_json::json;
 
 use super::{known_image, new_id, Result};
 use crate::auth::Caller;
+use crate::changes::Wait;
 use crate::error::ApiError;
 use crate::extract::{Body, Query};
 use crate::names::{check_image_name, check_name, check_no_nul, check_relative};
@@ -131,7 +134,7 @@ pub(super) async fn submit(
     if let Some(bound) = app.batches.for_sessions(&app, &b.group).await? {
         let session = session(b.group.clone());
         crate::batch_sessions::submit(&app, &bound, &session, &spec).await?;
-        return Ok(submitted(&session));
+        return Ok(submitted(&session, session.request.clone()));
     }
     let view = match app.control.views.get(&b.group) {
         Some(view) => view,
@@ -159,25 +162,31 @@ pub(super) async fn submit(
     known_image(&view, b.image.as_deref())?;
     let required = view.required_for(&b.request, b.image.as_deref());
     if let Err(reason) = admit(&view, &required) {
-        return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "infeasible",
-            reason.to_string(),
-        )
-        .with_details(json!({"field": "request", "required": required})));
+        let mut message = reason.to_string();
+        if let (Some(image), true) = (&b.image, required != b.request) {
+            message.push_str(&format!(
+                " (image {image:?}'s minimums raised the request {} to {required})",
+                b.request
+            ));
+        }
+        return Err(
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "infeasible", message)
+                .with_details(json!({"field": "request", "required": required})),
+        );
     }
     let session = session(view.group.name.clone());
     let spec = serde_json::to_value(&spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     app.submitter.submit(session.clone(), spec).await?;
-    Ok(submitted(&session))
+    Ok(submitted(&session, required))
 }
 
-fn submitted(session: &Session) -> (StatusCode, Json<Submitted>) {
+fn submitted(session: &Session, required: corral_core::Slots) -> (StatusCode, Json<Submitted>) {
     (
         StatusCode::CREATED,
         Json(Submitted {
             id: session.id.0.clone(),
             state: session.state,
+            required,
         }),
     )
 }
@@ -273,10 +282,16 @@ pub(crate) async fn own_session(app: &App, caller: &Caller, id: &str) -> Result<
 #[utoipa::path(
     get,
     path = "/api/v1/sessions/{id}",
-    summary = "Get a session with its state history and why it waits",
-    params(("id" = String, Path, description = "the session")),
+    summary = "Get a session with its state history and why it waits; with If-None-Match, 304 while it is as that ETag says, and with wait_ms the answer waits for a change",
+    params(
+        ("id" = String, Path, description = "the session"),
+        ("If-None-Match" = Option<String>, Header, description = "the ETag of the view already seen"),
+        Wait,
+    ),
     responses(
-        (status = 200, description = "success", body = SessionView),
+        (status = 200, description = "success (the ETag header names this view)", body = SessionView),
+        (status = 304, description = "unchanged: it is still as If-None-Match says (after waiting up to wait_ms)"),
+        (status = 400, response = ErrorResponse),
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
@@ -286,8 +301,48 @@ pub(super) async fn get_session(
     State(app): State<App>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<SessionView>> {
-    Ok(Json(view(own_session(&app, &caller, &id).await?)))
+    Query(wait): Query<Wait>,
+    headers: HeaderMap,
+) -> Result<Response> {
+    let deadline = wait.deadline()?;
+    let seen = headers.get(IF_NONE_MATCH).map(|v| v.as_bytes());
+    // Before the first read, so a change between the read and the wait still wakes it.
+    let mut changes = app.control.sessions.subscribe(&id);
+    loop {
+        let view = view(own_session(&app, &caller, &id).await?);
+        let body = serde_json::to_vec(&view).map_err(|e| {
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+        })?;
+        let tag = etag(&body);
+        let unchanged = seen.is_some_and(|seen| etag_matches(seen, &tag));
+        if !unchanged {
+            return Ok((
+                [(CONTENT_TYPE, "application/json"), (ETAG, tag.as_str())],
+                body,
+            )
+                .into_response());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok((StatusCode::NOT_MODIFIED, [(ETAG, tag)]).into_response());
+        }
+        changes.changed(deadline).await;
+    }
+}
+
+/// A strong ETag of a JSON answer: the start of its SHA-256.
+fn etag(body: &[u8]) -> String {
+    use sha2::Digest;
+    format!("\"{}\"", hex::encode(&sha2::Sha256::digest(body)[..12]))
+}
+
+/// Whether an If-None-Match header names `tag` (a list, weak tags and `*` included).
+fn etag_matches(header: &[u8], tag: &str) -> bool {
+    let Ok(header) = std::str::from_utf8(header) else {
+        return false;
+    };
+    header.split(',').map(str::trim).any(|candidate| {
+        candidate == "*" || candidate.strip_prefix("W/").unwrap_or(candidate) == tag
+    })
 }
 
 #[utoipa::path(
@@ -340,9 +395,27 @@ pub(super) async fn cancel(
         }
         ended => ended?,
     };
+    app.control.sessions.bump(&id);
     app.control.wake(&record.session.group);
     if let Some(agent) = &record.session.agent {
         app.control.wake_agent(&agent.0);
     }
     Ok(Json(view(record)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_none_match_names_a_tag_in_a_list_weakly_or_with_a_star() {
+        let tag = etag(b"{}");
+        assert!(tag.starts_with('"') && tag.ends_with('"') && tag.len() == 26);
+        assert!(etag_matches(tag.as_bytes(), &tag));
+        assert!(etag_matches(format!("\"x\", W/{tag}").as_bytes(), &tag));
+        assert!(etag_matches(b"*", &tag));
+        assert!(!etag_matches(b"\"x\"", &tag));
+        assert!(!etag_matches(etag(b"[]").as_bytes(), &tag));
+        assert!(!etag_matches(&[0xff, 0xfe], &tag));
+    }
 }

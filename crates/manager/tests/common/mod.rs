@@ -141,6 +141,51 @@ impl Manager {
     }
 }
 
+/// A group `g` with a hand-registered agent `a1` (a test may speak for it, with the admin's
+/// token) and one session scheduled on it; the session's id.
+pub async fn scheduled_session(m: &Manager) -> String {
+    let r = m
+        .post(
+            "/api/v1/groups",
+            r#"{"name": "g", "templates": [{"name": "small", "slots": "cpu=2"}]}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = m
+        .post(
+            "/api/v1/agents",
+            r#"{"id": "a1", "group": "g", "capacity": "cpu=4"}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let r = m
+        .post(
+            "/api/v1/sessions",
+            r#"{"group": "g", "command": ["true"], "request": "cpu=1"}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let id = r.body["id"].as_str().unwrap().to_string();
+    m.wait_session(&id, |s| s["state"] == "scheduled").await;
+    id
+}
+
+/// Agent `a1` (as the admin) writes "hello\n" at the start of session `id`'s stdout.
+pub async fn hello_in_the_log(m: &Manager, id: &str) {
+    let r = m
+        .client
+        .post(format!(
+            "{}/api/v1/agents/a1/sessions/{id}/logs/stdout?offset=0",
+            m.base
+        ))
+        .bearer_auth(&m.admin)
+        .body("hello\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+}
+
 /// Stops the HTTP server when the test lets go of it.
 struct ServerTask(tokio::task::JoinHandle<()>);
 
