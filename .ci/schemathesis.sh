@@ -220,11 +220,15 @@ def before_call(ctx, case, kwargs):
         if path.endswith("/sync") and isinstance(body.get("wait_secs"), (int, float)):
             body["wait_secs"] = 0
     query = case.query if isinstance(case.query, dict) else None
-    if query is not None and isinstance(query.get("wait_ms"), (int, float)):
+    if query is not None and "wait_ms" in query:
         # Blocking reads: a few ms, never the seconds a valid wait may hold a request (a wait
-        # beyond the maximum stays, to be refused).
-        if query["wait_ms"] <= 30000:
-            query["wait_ms"] = min(query["wait_ms"], 20)
+        # beyond the maximum, or not a number, stays, to be refused).
+        try:
+            wait = float(query["wait_ms"])
+        except (TypeError, ValueError):
+            wait = None
+        if wait is not None and 20 < wait <= 30000:
+            query["wait_ms"] = 20
     if path == "/api/v1/groups/{name}/batch":
         # Bindings go to fx2 and run no scheduler's command: fx stays unbound, so the job routes
         # answer from what they check (the body, the group, the binding) and reach no scheduler.

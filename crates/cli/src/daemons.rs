@@ -23,6 +23,9 @@ pub enum RuntimeKind {
 /// `corral agent --manager URL --group G`: run this host's agent.
 #[derive(Args)]
 pub struct AgentArgs {
+    /// How log lines are written to standard error.
+    #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: crate::LogFormat,
     /// The scaling group to join (env CORRAL_AGENT_GROUP).
     #[arg(long, env = "CORRAL_AGENT_GROUP", value_name = "G")]
     pub group: Option<String>,
@@ -173,7 +176,7 @@ pub fn run_agent(
         ca_file: resolved.ca_file,
         drain_after: args.drain_after.map(Duration::from_secs),
     };
-    crate::init_logs();
+    crate::init_logs(args.log_format);
     rt.block_on(async {
         let runtime = runtime_of(args.runtime, &config.id).await?;
         corral_agent::run(config, runtime, crate::stop_signal())
@@ -215,6 +218,9 @@ pub struct DevArgs {
     /// How sessions run.
     #[arg(long, value_enum, default_value_t)]
     pub runtime: RuntimeKind,
+    /// How log lines are written to standard error.
+    #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t)]
+    pub log_format: crate::LogFormat,
 }
 
 /// The group `corral dev` creates and its agent joins.
@@ -223,7 +229,7 @@ pub const DEV_GROUP: &str = "dev";
 /// Runs a manager on embedded SQLite and a local agent in group `dev`, and writes the client
 /// configuration so that `corral session run -- CMD` works from another terminal, no flags.
 pub fn run_dev(args: DevArgs) -> Result<()> {
-    crate::init_logs();
+    crate::init_logs(args.log_format);
     let capacity = args
         .capacity
         .as_deref()

@@ -84,6 +84,12 @@ enum Command {
         /// http://<listen>, with 127.0.0.1 for 0.0.0.0].
         #[arg(long, env = "CORRAL_ADVERTISE_URL", value_name = "URL")]
         advertise_url: Option<String>,
+        /// Serve GET /metrics (Prometheus) without a token.
+        #[arg(long, env = "CORRAL_METRICS_PUBLIC")]
+        metrics_public: bool,
+        /// How log lines are written to standard error.
+        #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t)]
+        log_format: LogFormat,
         /// Serve HTTPS with this certificate (PEM, the server's first, then its chain).
         #[arg(
             long,
@@ -284,6 +290,8 @@ fn run(cli: Cli) -> Result<()> {
             lost_after_secs,
             retention_secs,
             advertise_url,
+            metrics_public,
+            log_format,
             tls_cert,
             tls_key,
             header_timeout_secs,
@@ -315,7 +323,7 @@ fn run(cli: Cli) -> Result<()> {
             unsafe {
                 libc::umask(0o077);
             }
-            init_logs();
+            init_logs(log_format);
             let tick = std::time::Duration::try_from_secs_f64(tick_secs)
                 .context("--tick-secs: not a duration")?;
             let config = corral_manager::Config {
@@ -328,6 +336,7 @@ fn run(cli: Cli) -> Result<()> {
                 retention: (retention_secs > 0)
                     .then(|| std::time::Duration::from_secs(retention_secs)),
                 advertise_url,
+                metrics_public,
                 connections: Connections {
                     header_timeout: std::time::Duration::from_secs(header_timeout_secs),
                     idle_timeout: std::time::Duration::from_secs(idle_timeout_secs),
@@ -382,17 +391,31 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// How a daemon writes its log lines.
+#[derive(Clone, Copy, Default, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One line per event for people (coloured on a terminal only).
+    #[default]
+    Text,
+    /// One JSON object per line, for log collectors.
+    Json,
+}
+
 /// Logs to standard error, filtered by RUST_LOG (default: info).
-pub(crate) fn init_logs() {
+pub(crate) fn init_logs(format: LogFormat) {
+    use std::io::IsTerminal;
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // A line that cannot be written (standard error closed) is dropped; reporting that
         // would take eprintln!, which panics there.
-        .log_internal_errors(false)
-        .init();
+        .log_internal_errors(false);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().init(),
+    }
 }
 
 /// Ctrl-C or SIGTERM (what service managers and providers stop daemons with).

@@ -43,3 +43,36 @@ fn the_server_reads_its_settings_from_a_file_and_flags_win() {
     );
     assert!(err.contains("listen") && err.contains("data_dir"), "{err}");
 }
+
+/// `--log-format json` writes one JSON object per line; the text format has no colour codes
+/// when standard error is not a terminal (here, a pipe).
+#[test]
+fn daemons_log_json_on_request_and_no_colour_into_a_pipe() {
+    use std::io::BufRead;
+    for format in ["json", "text"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut server = common::Proc(
+            std::process::Command::new(CORRAL)
+                .args(["server", "--log-format", format, "--listen"])
+                .arg(format!("127.0.0.1:{}", common::free_port()))
+                .arg("--data-dir")
+                .arg(dir.path().join("data"))
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut first = String::new();
+        std::io::BufReader::new(server.0.stderr.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(!first.contains('\u{1b}'), "{format}: {first:?}");
+        let parsed = serde_json::from_str::<serde_json::Value>(&first);
+        if format == "json" {
+            let line = parsed.unwrap();
+            assert_eq!(line["level"], "INFO", "{first}");
+            assert!(line["fields"]["message"].is_string(), "{first}");
+        } else {
+            assert!(parsed.is_err() && first.contains(" INFO "), "{first}");
+        }
+    }
+}

@@ -28,6 +28,8 @@ use corral_core::{ScalingGroup, Snapshot};
 use crate::error::ApiError;
 use crate::extract::MAX_BODY;
 use crate::{now, App};
+use axum::response::IntoResponse;
+use openapi::ErrorResponse;
 
 pub(crate) use sessions::{own_session, Spec};
 
@@ -66,8 +68,62 @@ async fn openapi_json() -> impl axum::response::IntoResponse {
     )
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    summary = "The manager's metrics in Prometheus's text format (docs/metrics.md); a token is needed unless the server runs with --metrics-public",
+    responses(
+        (status = 200, description = "success", body = String, content_type = "text/plain"),
+        (status = 401, response = ErrorResponse),
+        (status = 403, response = ErrorResponse),
+    )
+)]
+async fn metrics(
+    State(app): State<App>,
+    caller: std::result::Result<crate::auth::Caller, ApiError>,
+) -> Result<axum::response::Response> {
+    if !app.metrics_public {
+        caller?;
+    }
+    let text = app.control.metrics.scrape(&app.store).await?;
+    Ok(([("content-type", crate::metrics::CONTENT_TYPE)], text).into_response())
+}
+
+/// Times every request of a route, by route and status, for the metrics.
+async fn timed(
+    State(app): State<App>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let started = std::time::Instant::now();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_string();
+    // Methods a client invents stay out of the label set.
+    let method = match request.method().as_str() {
+        m @ ("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS") => m,
+        _ => "other",
+    }
+    .to_string();
+    let response = next.run(request).await;
+    let labels = crate::metrics::HttpLabels {
+        method,
+        route,
+        status: response.status().as_u16(),
+    };
+    app.control
+        .metrics
+        .http_requests
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
 pub fn router(app: App) -> Router {
     Router::new()
+        .route("/metrics", get(metrics))
         .route("/api/v1/health", get(health))
         .route("/api/v1/openapi.json", get(openapi_json))
         .route(
@@ -178,6 +234,7 @@ pub fn router(app: App) -> Router {
         .route("/api/v1/agents/{id}/unmark", post(agent_registry::unmark))
         .route("/api/v1/events", get(events::list_events))
         .merge(crate::agents::routes())
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

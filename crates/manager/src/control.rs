@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::changes::Changes;
+use crate::metrics::{GroupLabels, Metrics, PassLabels, RejectionLabels, TemplateLabels};
 use crate::now;
 use crate::scaling::{DriverConfig, GroupDriver};
 use crate::views::Views;
@@ -29,6 +30,8 @@ pub struct Control {
     agents: Mutex<HashMap<String, Arc<Notify>>>,
     /// Per session someone waits on (a blocking read), bumped when it changes.
     pub sessions: Arc<Changes>,
+    /// What `GET /metrics` shows.
+    pub metrics: Arc<Metrics>,
     /// Per group, the vendor half of its scaling driver.
     drivers: Mutex<HashMap<String, Arc<GroupDriver>>>,
     driver_config: DriverConfig,
@@ -49,6 +52,7 @@ impl Control {
             views: Views::default(),
             agents: Mutex::default(),
             sessions: Arc::default(),
+            metrics: Arc::default(),
             drivers: Mutex::default(),
             driver_config,
         })
@@ -152,7 +156,17 @@ impl Control {
             }
             last_pass = Some(Instant::now());
             recheck = None;
-            match self.run_pass(&group).await {
+            let started = std::time::Instant::now();
+            let pass = self.run_pass(&group).await;
+            let labels = PassLabels {
+                group: group.clone(),
+                outcome: if pass.is_ok() { "applied" } else { "failed" },
+            };
+            self.metrics
+                .passes
+                .get_or_create(&labels)
+                .observe(started.elapsed().as_secs_f64());
+            match pass {
                 Ok(pass) => {
                     tracing::debug!(group, applied = ?pass.applied, "pass");
                     recheck = pass
@@ -167,6 +181,45 @@ impl Control {
                     tracing::warn!(group, error = %e, "pass failed; retrying at the next event or tick")
                 }
             }
+        }
+    }
+}
+
+impl Control {
+    /// Adds what a pass decided to the metrics' counters.
+    fn count(&self, group: &str, decisions: &corral_core::Decisions) {
+        use corral_core::decisions::Infeasible;
+        let m = &self.metrics;
+        let of_group = GroupLabels {
+            group: group.to_string(),
+        };
+        m.placements
+            .get_or_create(&of_group)
+            .inc_by(decisions.placements.len() as u64);
+        m.marks
+            .get_or_create(&of_group)
+            .inc_by(decisions.marks.len() as u64);
+        m.terminations
+            .get_or_create(&of_group)
+            .inc_by(decisions.terminations.len() as u64);
+        for r in &decisions.rejections {
+            let reason = match r.reason {
+                Infeasible::NoCapacity => "no_capacity",
+                Infeasible::Exceeds(_) => "exceeds",
+                Infeasible::NoSingleFit { .. } => "no_single_fit",
+            };
+            let labels = RejectionLabels {
+                group: group.to_string(),
+                reason,
+            };
+            m.rejections.get_or_create(&labels).inc();
+        }
+        for l in &decisions.launches {
+            let labels = TemplateLabels {
+                group: group.to_string(),
+                template: l.template.clone(),
+            };
+            m.launches.get_or_create(&labels).inc_by(u64::from(l.count));
         }
     }
 }
@@ -197,9 +250,22 @@ impl Control {
             let changes_agents = !(decisions.marks.is_empty()
                 && decisions.unmarks.is_empty()
                 && decisions.terminations.is_empty());
-            match store.apply(group, &snapshot, &decisions, now).await {
+            let applying = std::time::Instant::now();
+            let result = store.apply(group, &snapshot, &decisions, now).await;
+            let of_group = GroupLabels {
+                group: group.to_string(),
+            };
+            self.metrics
+                .store_applies
+                .get_or_create(&of_group)
+                .observe(applying.elapsed().as_secs_f64());
+            if matches!(result, Err(StoreError::Conflict { .. })) {
+                self.metrics.store_conflicts.get_or_create(&of_group).inc();
+            }
+            match result {
                 Err(StoreError::Conflict { .. }) if attempt + 1 < CONFLICT_RETRIES => attempt += 1,
                 Ok(applied) => {
+                    self.count(group, &decisions);
                     if let Some(driver) = &driver {
                         driver.launched(&decisions.launches, now);
                         if !(decisions.launches.is_empty() && decisions.terminations.is_empty()) {

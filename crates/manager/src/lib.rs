@@ -12,6 +12,7 @@ pub mod control;
 pub mod error;
 mod extract;
 mod health;
+pub mod metrics;
 pub mod names;
 pub mod scaling;
 pub mod secrets;
@@ -60,6 +61,8 @@ pub struct Config {
     pub connections: serve::Connections,
     /// Serve HTTPS with this certificate and key; `None` serves plain HTTP.
     pub tls: Option<serve::TlsFiles>,
+    /// `GET /metrics` answers without a token.
+    pub metrics_public: bool,
 }
 
 /// How long what ended is kept by default: a week.
@@ -77,6 +80,7 @@ impl Default for Config {
             lost_after: Duration::from_secs(30),
             retention: Some(DEFAULT_RETENTION),
             advertise_url: None,
+            metrics_public: false,
             corral_binary: None,
             secrets_key: secrets::KeySource::default(),
             connections: serve::Connections::default(),
@@ -154,6 +158,7 @@ pub struct App {
     data_dir: PathBuf,
     heartbeat: Duration,
     lost_after: Duration,
+    metrics_public: bool,
     activity: Arc<activity::Activity>,
     secrets: Arc<secrets::SecretKey>,
     health: Arc<health::Health>,
@@ -203,6 +208,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         data_dir: config.data_dir.clone(),
         heartbeat: config.heartbeat,
         lost_after: config.lost_after,
+        metrics_public: config.metrics_public,
         activity: Arc::default(),
         serving,
         secrets,

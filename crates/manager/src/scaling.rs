@@ -114,6 +114,8 @@ pub(crate) async fn drive(control: Arc<Control>, group: String, me: Arc<GroupDri
         connected: None,
         orphans: HashMap::new(),
         next_reconcile: Instant::now(),
+        metrics: control.metrics.clone(),
+        provider_name: String::new(),
     };
     loop {
         let wait = match driver.round(&control).await {
@@ -143,9 +145,32 @@ struct Driver {
     /// Unknown instances carrying the group's tag, by vendor id: when first seen.
     orphans: HashMap<String, Timestamp>,
     next_reconcile: Instant,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// The provider's name (`aws`, `exec`...), for the metrics of its calls.
+    provider_name: String,
 }
 
 impl Driver {
+    /// A call to the provider, bounded by `timeout` and timed in the metrics.
+    async fn call<T>(
+        &self,
+        timeout: Duration,
+        call: &'static str,
+        f: impl Future<Output = Result<T, ProviderError>>,
+    ) -> Result<T, ProviderError> {
+        let started = std::time::Instant::now();
+        let result = bounded(timeout, call, f).await;
+        let labels = crate::metrics::ProviderCallLabels {
+            provider: self.provider_name.clone(),
+            call,
+        };
+        self.metrics
+            .provider_calls
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        result
+    }
+
     /// One round; returns how long to wait before the next one when nothing wakes the driver.
     async fn round(&mut self, control: &Arc<Control>) -> Result<Duration, StoreError> {
         self.connect().await?;
@@ -254,12 +279,14 @@ impl Driver {
         };
         let timeout = Duration::from_secs(config.launch.call_timeout_secs);
         let templates: Vec<String> = context.templates.iter().map(|t| t.name.clone()).collect();
-        let (provider, error) = match bounded(
-            timeout,
-            "connect",
-            corral_provider::connect(&config, context),
-        )
-        .await
+        self.provider_name = config.name.clone();
+        let (provider, error) = match self
+            .call(
+                timeout,
+                "connect",
+                corral_provider::connect(&config, context),
+            )
+            .await
         {
             Ok(p) => {
                 tracing::info!(group = self.group, provider = config.name, "provider ready");
@@ -291,7 +318,7 @@ impl Driver {
         templates: &[String],
         timeout: Duration,
     ) -> Result<(), StoreError> {
-        let offered = match bounded(timeout, "templates", provider.templates()).await {
+        let offered = match self.call(timeout, "templates", provider.templates()).await {
             Ok(offered) => offered,
             Err(e) => {
                 tracing::warn!(group = self.group, error = %e, "asking the provider for its templates failed");
@@ -351,7 +378,9 @@ impl Driver {
                 });
             }
             let timeout = Duration::from_secs(settings.call_timeout_secs);
-            let result = bounded(timeout, "launch", provider.launch(template, &requests)).await;
+            let result = self
+                .call(timeout, "launch", provider.launch(template, &requests))
+                .await;
             let now = now();
             match result {
                 Ok(instances) => {
@@ -468,6 +497,12 @@ impl Driver {
         control: &Arc<Control>,
     ) -> Result<(), StoreError> {
         let (until, failures) = self.me.failed(template, fatal, what, now);
+        let labels = crate::metrics::LaunchFailureLabels {
+            group: self.group.clone(),
+            template: template.to_string(),
+            class: if fatal { "fatal" } else { "retryable" },
+        };
+        self.metrics.launch_failures.get_or_create(&labels).inc();
         let secs = (until.0 - now.0).max(0) / 1000;
         let message = format!(
             "{what}; template {template} backs off for {secs} s (failure {failures} in a row)"
@@ -493,7 +528,10 @@ impl Driver {
         let ids: Vec<String> = rows.iter().filter_map(|r| r.provider_id.clone()).collect();
         if !ids.is_empty() {
             let timeout = Duration::from_secs(settings.call_timeout_secs);
-            if let Err(e) = bounded(timeout, "terminate", provider.terminate(&ids)).await {
+            if let Err(e) = self
+                .call(timeout, "terminate", provider.terminate(&ids))
+                .await
+            {
                 tracing::warn!(group = self.group, error = %e, "terminate failed; retrying");
                 return Ok(());
             }
@@ -539,12 +577,13 @@ impl Driver {
         for r in &late {
             if let (Some(provider), Some(id)) = (provider, &r.provider_id) {
                 let timeout = Duration::from_secs(settings.call_timeout_secs);
-                if let Err(e) = bounded(
-                    timeout,
-                    "terminate",
-                    provider.terminate(std::slice::from_ref(id)),
-                )
-                .await
+                if let Err(e) = self
+                    .call(
+                        timeout,
+                        "terminate",
+                        provider.terminate(std::slice::from_ref(id)),
+                    )
+                    .await
                 {
                     tracing::warn!(group = self.group, instance = id, error = %e, "terminating a late instance failed; reconciliation will retry");
                 }
@@ -579,7 +618,7 @@ impl Driver {
         control: &Arc<Control>,
     ) -> Result<(), StoreError> {
         let timeout = Duration::from_secs(settings.call_timeout_secs);
-        let listed = match bounded(timeout, "list", provider.list()).await {
+        let listed = match self.call(timeout, "list", provider.list()).await {
             Ok(listed) => listed,
             Err(e) => {
                 tracing::warn!(group = self.group, error = %e, "listing instances failed");
@@ -615,12 +654,13 @@ impl Driver {
             seen.insert(i.id.clone());
             let first = *self.orphans.entry(i.id.clone()).or_insert(now);
             if first.plus_secs(settings.orphan_grace_secs) <= now {
-                match bounded(
-                    timeout,
-                    "terminate",
-                    provider.terminate(std::slice::from_ref(&i.id)),
-                )
-                .await
+                match self
+                    .call(
+                        timeout,
+                        "terminate",
+                        provider.terminate(std::slice::from_ref(&i.id)),
+                    )
+                    .await
                 {
                     Ok(()) => {
                         self.orphans.remove(&i.id);
@@ -764,7 +804,7 @@ impl Driver {
 /// A provider call bounded by `timeout`: running over is a transient failure.
 async fn bounded<T>(
     timeout: Duration,
-    call: &str,
+    call: &'static str,
     f: impl Future<Output = Result<T, ProviderError>>,
 ) -> Result<T, ProviderError> {
     tokio::time::timeout(timeout, f).await.unwrap_or_else(|_| {

@@ -248,6 +248,18 @@ impl Store {
 
     /// Sessions matching the filter, by (submitted_at, id) (or the reverse), without history.
     /// `NotFound` if `after_id` names no session.
+    /// How many sessions each group has in each state (`pending`, `running`...): what the
+    /// metrics show.
+    pub async fn count_sessions(&self) -> Result<Vec<(String, String, i64)>> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT group_name, state, COUNT(*) FROM sessions GROUP BY group_name, state \
+             ORDER BY group_name, state",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows)
+    }
+
     pub async fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRecord>> {
         let mut w = Where::default();
         if let Some(group) = &filter.group {

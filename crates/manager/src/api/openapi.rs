@@ -52,6 +52,7 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     paths(
         super::health,
         super::openapi_json,
+        super::metrics,
         super::tokens::new_token,
         super::tokens::list_tokens,
         super::tokens::revoke_token,

@@ -136,28 +136,15 @@ pub(super) async fn submit(
         crate::batch_sessions::submit(&app, &bound, &session, &spec).await?;
         return Ok(submitted(&session, session.request.clone()));
     }
+    let refused = |view: &Snapshot| {
+        let required = view.required_for(&b.request, b.image.as_deref());
+        admit(view, &required).is_err()
+    };
+    // A refusal is never made on a remembered view: the agent that would hold the request may
+    // have joined since (its join is visible before it invalidates the view).
     let view = match app.control.views.get(&b.group) {
-        Some(view) => view,
-        None => {
-            let generation = app.control.views.generation(&b.group);
-            let group = app
-                .store
-                .get_group(&b.group)
-                .await?
-                .ok_or_else(|| ApiError::invalid("group", format!("no group {:?}", b.group)))?;
-            // Admission needs the group's agents, templates and images, not its sessions.
-            let view = Snapshot {
-                now: now(),
-                agents: app.store.list_agents(Some(&group.name)).await?,
-                group,
-                sessions: Vec::new(),
-                images: app.store.list_images().await?,
-                in_flight: Vec::new(),
-                last_scale_out: None,
-                launch_limits: Default::default(),
-            };
-            app.control.views.remember(view, generation)
-        }
+        Some(view) if !refused(&view) => view,
+        _ => admission_view(&app, &b.group).await?,
     };
     known_image(&view, b.image.as_deref())?;
     let required = view.required_for(&b.request, b.image.as_deref());
@@ -178,6 +165,28 @@ pub(super) async fn submit(
     let spec = serde_json::to_value(&spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     app.submitter.submit(session.clone(), spec).await?;
     Ok(submitted(&session, required))
+}
+
+/// What admission at submit reads of a group, read now (and remembered for the next submits):
+/// its agents, templates and images, not its sessions.
+async fn admission_view(app: &App, group: &str) -> Result<std::sync::Arc<Snapshot>> {
+    let generation = app.control.views.generation(group);
+    let group = app
+        .store
+        .get_group(group)
+        .await?
+        .ok_or_else(|| ApiError::invalid("group", format!("no group {group:?}")))?;
+    let view = Snapshot {
+        now: now(),
+        agents: app.store.list_agents(Some(&group.name)).await?,
+        group,
+        sessions: Vec::new(),
+        images: app.store.list_images().await?,
+        in_flight: Vec::new(),
+        last_scale_out: None,
+        launch_limits: Default::default(),
+    };
+    Ok(app.control.views.remember(view, generation))
 }
 
 fn submitted(session: &Session, required: corral_core::Slots) -> (StatusCode, Json<Submitted>) {
