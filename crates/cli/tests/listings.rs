@@ -184,3 +184,30 @@ fn events_and_sessions_are_followed_as_they_happen_and_logs_tailed() {
         assert!(err.contains(name), "{args:?}: {err}");
     }
 }
+
+/// `events --limit N` says more may follow only when there are older events.
+#[test]
+fn events_say_more_may_follow_only_when_there_is_more() {
+    let c = Cluster::start(60);
+    ok(c.cli(&["group", "create", "dev"]));
+    let _agent = c.agent("a1", "dev", "cpu=4");
+    let id = c.submit(&["--", "true"]);
+    c.until("the session ends", || {
+        (c.listed(&id)["state"] == "succeeded").then_some(())
+    });
+    let all = c.json(&["events", "-o", "json"]);
+    let count = all.as_array().unwrap().len();
+    assert!(count >= 2, "{all}");
+    let every = c.cli(&["events", "--limit", &count.to_string()]);
+    assert!(
+        !common::text(&every.stderr).contains("more may follow"),
+        "{}",
+        common::text(&every.stderr)
+    );
+    let fewer = c.cli(&["events", "--limit", &(count - 1).to_string()]);
+    assert!(
+        common::text(&fewer.stderr).contains("(more may follow: --before 2)"),
+        "{}",
+        common::text(&fewer.stderr)
+    );
+}

@@ -65,7 +65,8 @@ pub async fn run(api: &Api, args: Args) -> Result<()> {
     let rows: Vec<Vec<String>> = events.iter().map(row).collect();
     table("events", &HEADER, &rows);
     let page = args.limit.unwrap_or(DEFAULT_PAGE).max(1) as usize;
-    if let Some(last) = events.last().filter(|_| events.len() >= page) {
+    // Ids start at 1: below the first event there is nothing more.
+    if let Some(last) = events.last().filter(|e| events.len() >= page && e.id > 1) {
         eprintln!("(more may follow: --before {})", last.id);
     }
     Ok(())

@@ -50,10 +50,11 @@
 //! **asg mode**: the group's launch template is fixed, so instances cannot get their own user
 //! data. Launch raises the desired capacity by the number of requests (refusing with a capacity
 //! error beyond the group's MaxSize), waits briefly (bounded) for the new instances to appear,
-//! and tags each with `corral-group`, `corral-agent`, `corral-template` and
-//! `corral-bootstrap-token`. The launch template must enable instance metadata tags
-//! (`InstanceMetadataTags: enabled`), and its user data must hold the manager's URL as a
-//! `CORRAL_SERVER=<url>` line and run `corral agent --metadata aws`. The tags are set a moment
+//! and tags each with `corral-group`, `corral-agent`, `corral-template`,
+//! `corral-bootstrap-token` and `corral-server` (the manager's URL). The launch template must
+//! enable instance metadata tags (`InstanceMetadataTags: enabled`), and its user data must run
+//! `corral agent --metadata aws` (a `CORRAL_SERVER=<url>` line there is read only where the tag
+//! is missing). The tags are set a moment
 //! after the instance starts, so the agent has to retry until IMDS shows them. Caveat: the token tag
 //! is readable by every principal allowed `ec2:DescribeTags` or `ec2:DescribeInstances` in the
 //! account; it is one-time and expires, which bounds the exposure. Instances that appear after the
