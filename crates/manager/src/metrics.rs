@@ -7,7 +7,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
 use corral_core::AgentState;
 use corral_store::{InstancePhase, Store, StoreError};
@@ -310,9 +309,4 @@ fn word(value: &impl serde::Serialize) -> String {
         Ok(serde_json::Value::String(s)) => s,
         _ => "unknown".into(),
     }
-}
-
-/// Seconds, as histograms take them.
-pub fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
 }
