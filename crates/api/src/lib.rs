@@ -8,6 +8,7 @@ pub mod batch;
 pub mod error;
 pub mod events;
 pub mod groups;
+pub mod history;
 pub mod identity;
 pub mod images;
 pub mod instances;

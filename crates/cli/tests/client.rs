@@ -360,6 +360,20 @@ fn output_json_is_the_api_answer() {
     ] {
         m.admin(args).json();
     }
+    // The group's history: the session on a1 now, as a sparkline and in JSON.
+    let table = m
+        .admin(&["group", "history", "g1", "--since", "1m", "--step", "1s"])
+        .ok()
+        .to_string();
+    let running = table
+        .lines()
+        .find(|l| l.starts_with("running "))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(running.split_whitespace().last(), Some("1"), "{table}");
+    assert!(running.contains('█'), "{table}");
+    let history = m.admin(&["group", "history", "g1", "-o", "json"]).json();
+    let running = history["running"].as_array().expect("running");
+    assert_eq!(running.last(), Some(&serde_json::json!(1)), "{history}");
     // The manager's field order is kept: `id` leads a session as the API sends it.
     let raw = m.admin(&["session", "get", &id, "-o", "json"]).stdout;
     assert!(raw.starts_with("{\n  \"id\": "), "{raw}");

@@ -5,7 +5,7 @@
 //! One module per resource: `tokens.rs` (tokens, bootstrap tokens), `groups.rs` (a group's
 //! settings, templates, provider and instances), `merge_patch.rs` (JSON merge patch, RFC 7396,
 //! for `PATCH /groups/{name}`), `group_state.rs` (a group's queue, shares, required slots and
-//! plan), `batch.rs` (a group's batch system: binding, jobs, nodes, configuration), `images.rs`, `sessions.rs`, `agent_registry.rs` (agents as people see and manage them;
+//! plan), `history.rs` (a group's series over a window), `batch.rs` (a group's batch system: binding, jobs, nodes, configuration), `images.rs`, `sessions.rs`, `agent_registry.rs` (agents as people see and manage them;
 //! the agents' own side, join and sync, is `crate::agents`) and `events.rs`.
 
 mod agent_registry;
@@ -13,6 +13,7 @@ mod batch;
 mod events;
 mod group_state;
 mod groups;
+mod history;
 mod images;
 mod merge_patch;
 pub mod openapi;
@@ -199,6 +200,7 @@ pub fn router(app: App) -> Router {
             get(batch::get_config).patch(batch::patch_config),
         )
         .route("/api/v1/groups/{name}/pending", get(group_state::pending))
+        .route("/api/v1/groups/{name}/history", get(history::history))
         .route("/api/v1/groups/{name}/shares", get(group_state::shares))
         .route(
             "/api/v1/groups/{name}/required",

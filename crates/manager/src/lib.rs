@@ -12,6 +12,7 @@ pub mod control;
 pub mod error;
 mod extract;
 mod health;
+pub mod history;
 pub mod metrics;
 pub mod names;
 pub mod scaling;

@@ -47,7 +47,7 @@ pub struct TokenRecord {
     pub created_at: Timestamp,
 }
 
-fn event_from_row(row: &AnyRow) -> Result<Event> {
+pub(crate) fn event_from_row(row: &AnyRow) -> Result<Event> {
     let f = Fields::numbered(row, "event", "id")?;
     Ok(Event {
         id: f.int("id")?,

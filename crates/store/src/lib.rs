@@ -17,6 +17,7 @@ mod codec;
 mod cycle;
 mod error;
 mod events;
+mod history;
 mod instances;
 mod retention;
 mod sessions;
@@ -42,6 +43,7 @@ pub use batch::BatchJobRecord;
 pub use cycle::MAX_PENDING_PER_PASS;
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
+pub use history::{HistoryRows, NodeSpan, StateChange};
 pub use instances::{InstancePhase, InstanceRecord};
 pub use retention::Pruned;
 pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
@@ -97,6 +99,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "batch_sessions",
         include_str!("../migrations/sqlite/0008_batch_sessions.sql"),
         include_str!("../migrations/postgres/0008_batch_sessions.sql"),
+    ),
+    (
+        9,
+        "history",
+        include_str!("../migrations/sqlite/0009_history.sql"),
+        include_str!("../migrations/postgres/0009_history.sql"),
     ),
 ];
 

@@ -2,9 +2,10 @@
 //!
 //! This file holds the subcommands and runs them; beside it, `group/settings.rs` builds the
 //! bodies of `create`, `set-policy` and `templates` from flags and files, `group/view.rs` prints
-//! groups, `group/provider.rs` the provider and its instances, and `group/plan.rs` a plan (which
-//! `corral plan` prints too).
+//! groups, `group/provider.rs` the provider and its instances, `group/plan.rs` a plan (which
+//! `corral plan` prints too), and `group/history.rs` a group's history as sparklines.
 
+mod history;
 mod plan;
 mod provider;
 mod settings;
@@ -22,6 +23,7 @@ use corral_api::sessions::SessionView;
 
 use super::session::print_pending;
 use super::{read_json, Out};
+use history::print_history;
 pub(crate) use plan::print_plan;
 use provider::{print_instances, print_provider, provider_body};
 pub use settings::Settings;
@@ -87,6 +89,23 @@ pub enum Command {
     Pending {
         /// The group's name.
         name: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Nodes by template, pending and running sessions over time, and the scaling events.
+    History {
+        /// The group's name.
+        name: String,
+        /// Where the window starts: a duration before now (6h, 90m), an RFC 3339 time, or ms
+        /// since the epoch.
+        #[arg(long, default_value = "6h")]
+        since: String,
+        /// Where it ends, in the same forms; default: now.
+        #[arg(long)]
+        until: Option<String>,
+        /// Between samples (30s, 5m); default: the window in 120 steps.
+        #[arg(long)]
+        step: Option<String>,
         #[command(flatten)]
         out: Out,
     },
@@ -229,6 +248,19 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let reply = api.get(&["groups", &name, "pending"], &[]).await?;
             if !render::json(out.output, &reply) {
                 print_pending(&parse::<Vec<SessionView>>(&reply)?);
+            }
+        }
+        Command::History {
+            name,
+            since,
+            until,
+            step,
+            out,
+        } => {
+            let query = [("since", Some(since)), ("until", until), ("step", step)];
+            let reply = api.get(&["groups", &name, "history"], &query).await?;
+            if !render::json(out.output, &reply) {
+                print_history(&parse(&reply)?);
             }
         }
         Command::Shares { name, out } => {

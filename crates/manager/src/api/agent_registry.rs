@@ -82,7 +82,20 @@ pub(super) async fn register_agent(
         drained_by_hand: false,
         idle_since: Some(now),
     };
-    app.store.upsert_agent(&agent, now).await?;
+    let registered = corral_store::NewEvent {
+        at: now,
+        group: Some(agent.group.clone()),
+        session: None,
+        agent: Some(agent.id.0.clone()),
+        kind: "registered".into(),
+        message: format!(
+            "agent {} registered by hand with {}",
+            agent.id, agent.capacity
+        ),
+    };
+    app.store
+        .upsert_agent_with_event(&agent, Some(&registered), now)
+        .await?;
     app.control.wake(&agent.group);
     Ok((StatusCode::CREATED, Json(agent)))
 }

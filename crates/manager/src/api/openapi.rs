@@ -85,6 +85,7 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         super::batch::get_config,
         super::batch::patch_config,
         super::group_state::pending,
+        super::history::history,
         super::group_state::shares,
         super::group_state::required,
         super::group_state::dry_run,

@@ -1,0 +1,55 @@
+//! A group's history: nodes by template and sessions by state, sampled over a window, with the
+//! scaling events in it (`GET /groups/{name}/history`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use corral_core::Timestamp;
+
+use crate::events::Event;
+
+/// Samples one answer holds at most; a longer window needs a longer step.
+pub const MAX_SAMPLES: u64 = 1000;
+/// Scaling events one answer holds at most (the newest are kept).
+pub const MAX_EVENTS: u32 = 500;
+
+/// `GET /groups/{name}/history`: the window and the step between samples.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// Where the window starts: ms since the epoch, an RFC 3339 time, or a duration before now
+    /// (`6h`, `90m`, `1d`). Default: 6 hours before now.
+    pub since: Option<String>,
+    /// Where it ends, in the same forms. Default: now.
+    pub until: Option<String>,
+    /// Between samples: a duration (`30s`, `5m`) or a number of seconds. Default: the window in
+    /// 120 steps, at least 1 s. At most 1000 samples.
+    pub step: Option<String>,
+}
+
+/// The series of a group over a window: each list has one value per sample time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct GroupHistory {
+    pub group: String,
+    pub since: Timestamp,
+    pub until: Timestamp,
+    pub step_ms: u64,
+    /// The sample times: `until`, and every `step_ms` before it back to `since` (oldest first).
+    pub times: Vec<Timestamp>,
+    /// Nodes (agents that joined and were not yet let go, lost ones included) by template;
+    /// `-` for agents of no template (registered by hand). Templates with no node in the
+    /// window are left out.
+    pub nodes: BTreeMap<String, Vec<u32>>,
+    /// Sessions waiting in the queue.
+    pub pending: Vec<u32>,
+    /// Sessions on an agent (scheduled or running).
+    pub running: Vec<u32>,
+    /// What the scaler and the agents did in the window, oldest first: launches, marks,
+    /// terminations, joins, losses.
+    pub events: Vec<Event>,
+    /// More events happened in the window than `events` holds (the newest are kept).
+    pub events_truncated: bool,
+}

@@ -1,0 +1,113 @@
+//! `corral group history`: a group's series as sparklines, one line each.
+
+use corral_api::history::GroupHistory;
+
+use crate::client::render;
+
+/// The widest sparkline printed; longer series are folded, each character the largest of the
+/// samples it stands for (a short burst stays visible).
+const WIDTH: usize = 60;
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// `values` as bars scaled to `top` (the largest value of all series, so lines compare).
+pub fn sparkline(values: &[u32], top: u32) -> String {
+    if values.is_empty() {
+        return String::new();
+    }
+    let fold = values.len().div_ceil(WIDTH);
+    values
+        .chunks(fold)
+        .map(|chunk| {
+            let v = chunk.iter().copied().max().unwrap_or(0);
+            if v == 0 {
+                ' '
+            } else if top == 0 {
+                BARS[0]
+            } else {
+                let level = (u64::from(v) * 7).div_ceil(u64::from(top)) as usize;
+                BARS[level.min(7)]
+            }
+        })
+        .collect()
+}
+
+pub fn print_history(h: &GroupHistory) {
+    let mut series: Vec<(String, &[u32])> = vec![
+        ("pending".to_string(), &h.pending),
+        ("running".to_string(), &h.running),
+    ];
+    for (template, values) in &h.nodes {
+        series.push((format!("nodes {template}"), values));
+    }
+    let top = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .max()
+        .unwrap_or(0);
+    println!(
+        "group {} from {} to {}, every {}",
+        h.group,
+        render::time(h.since.0),
+        render::time(h.until.0),
+        render::span(h.step_ms as i64)
+    );
+    let rows: Vec<Vec<String>> = series
+        .iter()
+        .map(|(name, values)| {
+            let min = values.iter().min().copied().unwrap_or(0);
+            let max = values.iter().max().copied().unwrap_or(0);
+            let last = values.last().copied().unwrap_or(0);
+            vec![
+                name.clone(),
+                format!("|{}|", sparkline(values, top)),
+                min.to_string(),
+                max.to_string(),
+                last.to_string(),
+            ]
+        })
+        .collect();
+    crate::table::print(&["SERIES", "OVER TIME", "MIN", "MAX", "NOW"], &rows);
+    let more = if h.events_truncated {
+        " (the newest)"
+    } else {
+        ""
+    };
+    println!(
+        "{} scaling event(s){more}: corral events --group {}",
+        h.events.len(),
+        h.group
+    );
+    for e in h
+        .events
+        .iter()
+        .rev()
+        .take(5)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+    {
+        println!("  {}  {:<13} {}", render::time(e.at.0), e.kind, e.message);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_scale_to_the_top_and_zero_is_blank() {
+        assert_eq!(sparkline(&[0, 1, 4, 8], 8), " ▁▄█");
+        assert_eq!(sparkline(&[2, 2], 2), "██");
+        assert_eq!(sparkline(&[], 5), "");
+    }
+
+    #[test]
+    fn long_series_fold_keeping_peaks() {
+        let mut values = vec![0u32; 120];
+        values[61] = 9;
+        let line = sparkline(&values, 9);
+        assert_eq!(line.chars().count(), 60);
+        assert_eq!(line.chars().nth(30), Some('█'));
+        assert_eq!(line.chars().filter(|c| *c != ' ').count(), 1);
+    }
+}
