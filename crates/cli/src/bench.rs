@@ -72,6 +72,23 @@ pub enum Target {
         #[arg(long, default_value_t = 30)]
         runs: usize,
     },
+    /// The dashboard: its group page, overview and a session page with thousands of agents and
+    /// sessions in the store (median time to the whole page); SQLite always, PostgreSQL with
+    /// --database-url.
+    Ui {
+        /// A PostgreSQL database to run the PostgreSQL case on (postgres://...).
+        #[arg(long, env = "CORRAL_BENCH_DATABASE_URL")]
+        database_url: Option<String>,
+        /// Sessions submitted (one CPU each: those the agents hold run, the rest wait).
+        #[arg(long, default_value_t = 10_000)]
+        sessions: usize,
+        /// Agents registered (four CPUs each).
+        #[arg(long, default_value_t = 1_000)]
+        agents: usize,
+        /// Fetches of each page.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+    },
     /// Batch systems: jobs submitted per second through the API to the real Slurm on this host,
     /// and the time of one poll of all their states (`.ci/slurm.sh` starts a Slurm).
     Batch {
@@ -122,6 +139,20 @@ pub fn run(target: Target) -> Result<()> {
             runtime.block_on(crate::bench_scale::run(sessions.max(1), concurrency.max(1)))
         }
         Target::Run { runs } => crate::bench_run::run(runs.max(1)),
+        Target::Ui {
+            database_url,
+            sessions,
+            agents,
+            runs,
+        } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(crate::bench_ui::run(
+                database_url,
+                sessions,
+                agents.max(1),
+                runs.max(1),
+            ))
+        }
         Target::Batch {
             jobs,
             concurrency,

@@ -6,6 +6,7 @@ mod bench_api;
 mod bench_batch;
 mod bench_run;
 mod bench_scale;
+mod bench_ui;
 mod client;
 mod daemons;
 mod server_config;

@@ -745,17 +745,31 @@ async fn read_log(
     Path((id, stream)): Path<(String, String)>,
     Query(q): Query<LogRead>,
 ) -> Result<impl IntoResponse> {
-    let file = check_stream(&stream)?;
-    let offset = position(q.offset)?;
-    let deadline = crate::changes::Wait { wait_ms: q.wait_ms }.deadline()?;
+    let (data, _) = read_log_waiting(&app, &caller, &id, &stream, q.offset, q.wait_ms).await?;
+    Ok(([("content-type", "application/octet-stream")], data))
+}
+
+/// A session's log from `offset` as the caller may read it, waiting up to `wait_ms` for bytes
+/// when there are none yet; the bytes, and whether the session had ended (no more will come).
+pub(crate) async fn read_log_waiting(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+    stream: &str,
+    offset: u64,
+    wait_ms: Option<u64>,
+) -> Result<(Vec<u8>, bool)> {
+    let file = check_stream(stream)?;
+    let offset = position(offset)?;
+    let deadline = crate::changes::Wait { wait_ms }.deadline()?;
     // Before the first read, so bytes appended between the read and the wait still wake it.
-    let mut changes = app.control.sessions.subscribe(&id);
+    let mut changes = app.control.sessions.subscribe(id);
     loop {
-        let record = crate::api::own_session(&app, &caller, &id).await?;
-        let data = log_bytes(&app, &record, &stream, file, offset).await?;
+        let record = crate::api::own_session(app, caller, id).await?;
+        let data = log_bytes(app, &record, stream, file, offset).await?;
         let ended = record.session.state.is_terminal();
         if !data.is_empty() || ended || tokio::time::Instant::now() >= deadline {
-            return Ok(([("content-type", "application/octet-stream")], data));
+            return Ok((data, ended));
         }
         changes.changed(deadline).await;
     }
@@ -815,7 +829,12 @@ async fn list_outputs(
     Path(id): Path<String>,
 ) -> Result<Json<Vec<OutputFile>>> {
     let record = crate::api::own_session(&app, &caller, &id).await?;
-    let root = session_dir(&app, &record.session.id.0).join("outputs");
+    Ok(Json(output_files(&app, &record.session.id.0).await?))
+}
+
+/// The output files of session `id` (the caller checked) with their sizes, by path.
+pub(crate) async fn output_files(app: &App, id: &str) -> Result<Vec<OutputFile>> {
+    let root = session_dir(app, id).join("outputs");
     let mut files = Vec::new();
     let mut dirs = vec![root.clone()];
     while let Some(dir) = dirs.pop() {
@@ -840,7 +859,7 @@ async fn list_outputs(
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(Json(files))
+    Ok(files)
 }
 
 #[utoipa::path(
@@ -861,12 +880,22 @@ async fn get_output(
     caller: Caller,
     Path((id, path)): Path<(String, String)>,
 ) -> Result<impl IntoResponse> {
-    let rel = check_relative("path", &path)?;
-    let record = crate::api::own_session(&app, &caller, &id).await?;
-    let file = session_dir(&app, &record.session.id.0)
+    output_file(&app, &caller, &id, &path).await
+}
+
+/// One output file of session `id` as the caller may read it.
+pub(crate) async fn output_file(
+    app: &App,
+    caller: &Caller,
+    id: &str,
+    path: &str,
+) -> Result<impl IntoResponse> {
+    let rel = check_relative("path", path)?;
+    let record = crate::api::own_session(app, caller, id).await?;
+    let file = session_dir(app, &record.session.id.0)
         .join("outputs")
         .join(rel);
-    read_file(&file, "output", &path).await
+    read_file(&file, "output", path).await
 }
 
 /// A stored input or output, as bytes; a name that is not a file there is not found.

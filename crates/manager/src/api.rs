@@ -32,6 +32,7 @@ use crate::{now, App};
 use axum::response::IntoResponse;
 use openapi::ErrorResponse;
 
+pub(crate) use history::group_history;
 pub(crate) use sessions::{own_session, Spec};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -236,6 +237,7 @@ pub fn router(app: App) -> Router {
         .route("/api/v1/agents/{id}/unmark", post(agent_registry::unmark))
         .route("/api/v1/events", get(events::list_events))
         .merge(crate::agents::routes())
+        .merge(crate::ui::routes())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .fallback(|| async {
             ApiError::new(

@@ -132,6 +132,11 @@ async fn lookup(parts: &Parts, app: &App) -> Result<(String, Caller), ApiError> 
         .strip_prefix("Bearer ")
         .ok_or_else(ApiError::unauthorized)?
         .trim();
+    resolve(secret, app).await
+}
+
+/// A secret's hash and who it belongs to (bootstrap tokens included).
+async fn resolve(secret: &str, app: &App) -> Result<(String, Caller), ApiError> {
     let hash = hash(secret);
     if let Some(caller) = app.tokens.get(&hash) {
         return Ok((hash, caller));
@@ -159,6 +164,25 @@ async fn lookup(parts: &Parts, app: &App) -> Result<(String, Caller), ApiError> 
     Ok((hash, caller))
 }
 
+/// The person a secret belongs to (an admin or a user), as people's routes admit them; the
+/// dashboard's log-in and its cookie go through this.
+pub async fn person(secret: &str, app: &App) -> Result<Caller, ApiError> {
+    let (_, caller) = resolve(secret, app).await?;
+    people_only(caller)
+}
+
+fn people_only(caller: Caller) -> Result<Caller, ApiError> {
+    match caller.role {
+        Role::Admin | Role::User => Ok(caller),
+        Role::Agent => Err(ApiError::forbidden(
+            "an agent's token is for its own agent routes (join, sync, uploads) only",
+        )),
+        Role::Bootstrap => Err(ApiError::forbidden(
+            "a bootstrap token only lets an agent join",
+        )),
+    }
+}
+
 impl FromRequestParts<App> for Caller {
     type Rejection = ApiError;
 
@@ -166,15 +190,7 @@ impl FromRequestParts<App> for Caller {
     /// `bob`), and a bootstrap token only joins.
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
         let (_, caller) = lookup(parts, app).await?;
-        match caller.role {
-            Role::Admin | Role::User => Ok(caller),
-            Role::Agent => Err(ApiError::forbidden(
-                "an agent's token is for its own agent routes (join, sync, uploads) only",
-            )),
-            Role::Bootstrap => Err(ApiError::forbidden(
-                "a bootstrap token only lets an agent join",
-            )),
-        }
+        people_only(caller)
     }
 }
 

@@ -19,6 +19,7 @@ pub mod scaling;
 pub mod secrets;
 pub mod serve;
 mod submit;
+mod ui;
 mod views;
 
 use std::net::SocketAddr;
@@ -160,6 +161,8 @@ pub struct App {
     heartbeat: Duration,
     lost_after: Duration,
     metrics_public: bool,
+    /// Served over TLS: the dashboard's cookie is marked Secure.
+    https: bool,
     activity: Arc<activity::Activity>,
     secrets: Arc<secrets::SecretKey>,
     health: Arc<health::Health>,
@@ -210,6 +213,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         heartbeat: config.heartbeat,
         lost_after: config.lost_after,
         metrics_public: config.metrics_public,
+        https: config.tls.is_some(),
         activity: Arc::default(),
         serving,
         secrets,

@@ -24,7 +24,7 @@ pub fn sparkline(values: &[u32], top: u32) -> String {
             } else if top == 0 {
                 BARS[0]
             } else {
-                let level = (u64::from(v) * 7).div_ceil(u64::from(top)) as usize;
+                let level = (u64::from(v) * 8).div_ceil(u64::from(top)) as usize - 1;
                 BARS[level.min(7)]
             }
         })

@@ -1,0 +1,138 @@
+//! The dashboard in a real browser: headless Chromium (Debian's package) driven by Selenium
+//! (`tests/browser/dashboard.py`) logs in to a running `corral server` with agents, sessions and
+//! scaling events, checks what the pages show, follows a session's log as it grows, and checks
+//! that one user cannot see another's session. Screenshots are kept in
+//! `target/tmp/dashboard/` as the test's artifacts.
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+/// The Python with Selenium: `CORRAL_TEST_PYTHON`, else `python3`.
+fn python() -> String {
+    std::env::var("CORRAL_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+fn browser_available() -> Result<(), String> {
+    for (what, command, args) in [
+        ("chromium", "chromium", &["--version"][..]),
+        ("chromedriver", "chromedriver", &["--version"][..]),
+        ("Selenium", &python(), &["-c", "import selenium"][..]),
+    ] {
+        let ok = Command::new(command)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return Err(format!("{what} ({command} {})", args.join(" ")));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn the_dashboard_shows_groups_agents_queue_timeline_and_logs_in_a_browser() {
+    if corral_testkit::require_ok(
+        "a browser (apt-get install chromium chromium-driver; pip install selenium)",
+        browser_available(),
+    )
+    .is_none()
+    {
+        return;
+    }
+    let c = Cluster::start(60);
+    // A fixed group with one agent: alice's session runs on it, bob's waits for room.
+    ok(c.cli(&["group", "create", "web"]));
+    let _a1 = c.agent("a1", "web", "cpu=2");
+    // A demand group whose idle agent is marked and let go: scaling events on its timeline.
+    ok(c.cli(&[
+        "group",
+        "create",
+        "burst",
+        "--policy",
+        "demand",
+        "--idle-wait-secs",
+        "0",
+    ]));
+    ok(c.cli(&[
+        "agent",
+        "register",
+        "spare",
+        "--group",
+        "burst",
+        "--capacity",
+        "cpu=1",
+    ]));
+    let alice = ok(c.cli(&["token", "create", "alice"])).trim().to_string();
+    let bob = ok(c.cli(&["token", "create", "bob"])).trim().to_string();
+    let submit = |token: &str, args: &[&str]| {
+        let out = c.as_user(
+            token,
+            &[&["session", "submit", "--group", "web"], args].concat(),
+        );
+        ok(out).trim().to_string()
+    };
+    // A second line 4 s later: the browser sees it arrive while the page is open.
+    let alice_session = submit(
+        &alice,
+        &[
+            "--request",
+            "cpu=2",
+            "--",
+            "sh",
+            "-c",
+            "echo hello from alice; sleep 4; echo second line; sleep 60",
+        ],
+    );
+    c.until("alice's session runs", || {
+        (c.listed(&alice_session)["state"] == "running").then_some(())
+    });
+    let bob_session = submit(&bob, &["--request", "cpu=2", "--", "true"]);
+    c.until("bob's session waits with a reason", || {
+        c.listed(&bob_session)["wait_reason"]
+            .is_string()
+            .then_some(())
+    });
+    c.until("the idle agent of burst is let go", || {
+        let events = c.json(&["events", "--group", "burst", "-o", "json"]);
+        events
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["kind"] == "mark"))
+            .then_some(())
+    });
+
+    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.py");
+    let out = Command::new(python())
+        .arg(&script)
+        .env("DASHBOARD_URL", c.url())
+        .env("ADMIN_TOKEN", &c.token)
+        .env("ALICE_TOKEN", &alice)
+        .env("BOB_TOKEN", &bob)
+        .env("ALICE_SESSION", &alice_session)
+        .env("BOB_SESSION", &bob_session)
+        .env("ARTIFACTS", &artifacts)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the browser test failed (screenshots in {}):\nstdout: {}\nstderr: {}",
+        artifacts.display(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let report = text(&out.stdout);
+    for step in [
+        "logged in as admin",
+        "group page",
+        "timeline",
+        "session log followed",
+        "bob is refused alice's session",
+    ] {
+        assert!(report.contains(step), "{step} missing from: {report}");
+    }
+    assert!(artifacts.join("group-web.png").exists());
+}

@@ -1,0 +1,214 @@
+//! A group's page: capacity per slot, the timeline, its agents with their allocation, the
+//! pending queue with why each session waits, sessions on agents, and instances on their way.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use corral_api::history::HistoryQuery;
+use corral_core::{AgentState, SessionState};
+use corral_store::{InstancePhase, SessionFilter};
+use maud::html;
+use serde::Deserialize;
+
+use super::layout::{self, session_link, slot_bars};
+use super::overview::Totals;
+use super::{html, PageResult, Viewer};
+use crate::error::ApiError;
+use crate::extract::Query;
+use crate::App;
+
+/// Rows shown per table unless `all` is asked for.
+const ROWS: u32 = 200;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GroupPage {
+    /// The timeline's window (`6h`, `30m`...): as the history route takes it.
+    since: Option<String>,
+    /// Every agent, not the first [`ROWS`].
+    all: Option<bool>,
+}
+
+pub async fn page(
+    State(app): State<App>,
+    Viewer(viewer): Viewer,
+    Path(name): Path<String>,
+    Query(q): Query<GroupPage>,
+) -> PageResult {
+    let group = app
+        .store
+        .get_group(&name)
+        .await?
+        .ok_or_else(|| ApiError::not_found("group", &name))?;
+    let mut agents = app.store.list_agents(Some(&name)).await?;
+    agents.retain(|a| a.state != AgentState::Terminated);
+    agents.sort_by(|a, b| a.id.0.cmp(&b.id.0));
+    let totals = Totals::of(&agents);
+    let shown_agents = if q.all == Some(true) {
+        agents.len()
+    } else {
+        agents.len().min(ROWS as usize)
+    };
+    let mine = (!viewer.is_admin()).then(|| viewer.user.clone());
+    let sessions = |state| SessionFilter {
+        group: Some(name.clone()),
+        owner: mine.clone(),
+        state: Some(state),
+        limit: Some(ROWS),
+        ..Default::default()
+    };
+    let pending = app
+        .store
+        .list_sessions(&sessions(SessionState::Pending))
+        .await?;
+    let mut on_agents = app
+        .store
+        .list_sessions(&sessions(SessionState::Running))
+        .await?;
+    on_agents.extend(
+        app.store
+            .list_sessions(&sessions(SessionState::Scheduled))
+            .await?,
+    );
+    let counts = app.store.count_sessions().await?;
+    let queued: i64 = counts
+        .iter()
+        .filter(|(g, s, _)| *g == name && s == "pending")
+        .map(|(_, _, n)| n)
+        .sum();
+    let instances = if viewer.is_admin() {
+        app.store
+            .list_instances(&name, &InstancePhase::IN_FLIGHT)
+            .await?
+    } else {
+        Vec::new()
+    };
+    let window = HistoryQuery {
+        since: Some(q.since.clone().unwrap_or_else(|| "6h".to_string())),
+        ..Default::default()
+    };
+    let history = crate::api::group_history(&app, &name, &window).await?;
+
+    let body = html! {
+        h1 { "Group " (group.name) }
+        p.summary {
+            (layout::word(&group.policy.kind)) " policy, "
+            (group.policy.min_nodes) " to " (group.policy.max_nodes) " nodes; "
+            (layout::word(&group.scheduler.sequencer)) " queue, "
+            (layout::word(&group.scheduler.placement)) " placement; "
+            (group.templates.len()) " template(s)"
+        }
+        section #capacity {
+            h2 { "Capacity" }
+            (slot_bars(&totals.allocated, &totals.capacity))
+        }
+        section #history {
+            h2 { "Timeline" }
+            form.window method="get" {
+                label for="since" { "Last " }
+                input #since name="since" value=(window.since.as_deref().unwrap_or("6h")) size="5";
+                button type="submit" { "Show" }
+                @for window in ["15m", "1h", "6h", "24h", "7d"] {
+                    " " a href=(format!("/ui/groups/{}?since={window}", group.name)) { (window) }
+                }
+            }
+            (super::timeline::svg(&history))
+        }
+        section {
+            h2 { "Agents (" (agents.len()) ")" }
+            @if agents.is_empty() {
+                p.empty { "No agent." }
+            } @else {
+                table #agents {
+                    thead { tr { th { "Agent" } th { "State" } th { "Template" } th { "Allocated" } } }
+                    tbody {
+                        @for a in &agents[..shown_agents] {
+                            tr.agent data-agent=(a.id.0) {
+                                td { (a.id.0) @if a.external { " " span.tag { "external" } } }
+                                td.state { (layout::state(&a.state.to_string())) }
+                                td { (a.template.as_deref().unwrap_or("-")) }
+                                td { (slot_bars(&a.allocated, &a.capacity)) }
+                            }
+                        }
+                    }
+                }
+                @if shown_agents < agents.len() {
+                    p { (agents.len() - shown_agents) " more: "
+                        a href=(format!("/ui/groups/{}?all=true", group.name)) { "show all" } }
+                }
+            }
+        }
+        section {
+            h2 { "Pending (" (queued) " in the queue)" }
+            @if !viewer.is_admin() { p.note { "Your sessions only." } }
+            @if pending.is_empty() {
+                p.empty { "Nothing waits." }
+            } @else {
+                table #pending {
+                    thead { tr { th { "Session" } th { "Owner" } th { "Request" }
+                                 th { "Submitted" } th { "Why it waits" } } }
+                    tbody {
+                        @for r in &pending {
+                            tr.session data-session=(r.session.id.0) {
+                                td { (session_link(&r.session.id.0)) }
+                                td { (r.session.owner) }
+                                td { (r.session.request) }
+                                td { (layout::time(r.session.submitted_at)) }
+                                td.wait-reason { (r.wait_reason.as_deref().unwrap_or("not yet seen by a pass")) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        section {
+            h2 { "On agents" }
+            @if on_agents.is_empty() {
+                p.empty { "Nothing runs." }
+            } @else {
+                table #running {
+                    thead { tr { th { "Session" } th { "Owner" } th { "State" } th { "Agent" }
+                                 th { "Holds" } } }
+                    tbody {
+                        @for r in &on_agents {
+                            tr.session data-session=(r.session.id.0) {
+                                td { (session_link(&r.session.id.0)) }
+                                td { (r.session.owner) }
+                                td { (layout::state(&layout::word(&r.session.state))) }
+                                td { (r.session.agent.as_ref().map_or("-", |a| a.0.as_str())) }
+                                td { (r.allocation.as_ref().map(|s| s.to_string()).unwrap_or_default()) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if viewer.is_admin() {
+            section {
+                h2 { "Instances on their way" }
+                @if instances.is_empty() {
+                    p.empty { "None." }
+                } @else {
+                    table #instances {
+                        thead { tr { th { "Agent id" } th { "Template" } th { "Phase" }
+                                     th { "Vendor id" } th { "Requested" } } }
+                        tbody {
+                            @for i in &instances {
+                                tr.instance {
+                                    td { (i.id) }
+                                    td { (i.template) }
+                                    td { (layout::state(&layout::word(&i.phase))) }
+                                    td { (i.provider_id.as_deref().unwrap_or("-")) }
+                                    td { (layout::time(i.requested_at)) }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(html(
+        StatusCode::OK,
+        layout::page(&format!("Group {name}"), Some(&viewer), body),
+    ))
+}

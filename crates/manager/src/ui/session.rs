@@ -1,0 +1,162 @@
+//! A session's page: what it is, its history, its logs (followed by `app.js` while it runs) and
+//! its outputs. Its owner and admins only, as in the API.
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::IntoResponse;
+use maud::html;
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
+use serde::Deserialize;
+
+use super::layout;
+use super::{html, PageResult, Viewer};
+use crate::extract::Query;
+use crate::App;
+
+/// Characters an output's path keeps escaped in a link (its `/` stay separators).
+const PATH_SEGMENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+/// How long a following read waits for bytes before the script asks again.
+const FOLLOW_WAIT_MS: u64 = 20_000;
+
+pub async fn page(
+    State(app): State<App>,
+    Viewer(viewer): Viewer,
+    Path(id): Path<String>,
+) -> PageResult {
+    let record = crate::api::own_session(&app, &viewer, &id).await?;
+    let outputs = crate::agents::output_files(&app, &id).await?;
+    let mut logs = Vec::new();
+    for stream in ["stdout", "stderr"] {
+        let (bytes, _) =
+            crate::agents::read_log_waiting(&app, &viewer, &id, stream, 0, None).await?;
+        logs.push((stream, bytes));
+    }
+    let s = &record.session;
+    let ended = s.state.is_terminal();
+    let command = record
+        .spec
+        .get("command")
+        .and_then(|c| c.as_array())
+        .map(|args| {
+            args.iter()
+                .map(|a| a.as_str().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let body = html! {
+        h1 { "Session " (s.id.0) }
+        table.fields #fields {
+            tr { th { "State" } td #state { (layout::state(&layout::word(&s.state))) } }
+            tr { th { "Group" } td { a href=(format!("/ui/groups/{}", s.group)) { (s.group) } } }
+            tr { th { "Owner" } td { (s.owner) } }
+            tr { th { "Request" } td { (s.request) } }
+            @if let Some(image) = &s.image { tr { th { "Image" } td { (image) } } }
+            tr { th { "Command" } td { code { (command) } } }
+            tr { th { "Agent" } td { (s.agent.as_ref().map_or("-", |a| a.0.as_str())) } }
+            tr { th { "Submitted" } td { (layout::time(s.submitted_at)) } }
+            @if let Some(reason) = &record.wait_reason { tr { th { "Why it waits" } td.wait-reason { (reason) } } }
+            @if let Some(reason) = &record.end_reason { tr { th { "Why it ended" } td { (reason) } } }
+            @if let Some(code) = record.exit_code { tr { th { "Exit code" } td #exit-code { (code) } } }
+        }
+        h2 { "History" }
+        table #session-history {
+            thead { tr { th { "At" } th { "State" } th { "Why" } } }
+            tbody {
+                @for h in &record.history {
+                    tr { td { (layout::time(h.at)) } td { (layout::state(&layout::word(&h.state))) }
+                         td { (h.reason) } }
+                }
+            }
+        }
+        @for (stream, bytes) in &logs {
+            h2 { (stream) }
+            // The script follows the log from data-offset while the session runs.
+            pre.log id=(format!("log-{stream}"))
+                data-url=(format!("/ui/sessions/{}/logs/{stream}", s.id.0))
+                data-offset=(bytes.len())
+                data-follow=(if ended { "false" } else { "true" }) {
+                (String::from_utf8_lossy(bytes))
+            }
+        }
+        h2 { "Outputs" }
+        @if outputs.is_empty() {
+            p.empty { "None." }
+        } @else {
+            ul #outputs {
+                @for o in &outputs {
+                    li { a href=(format!("/ui/sessions/{}/outputs/{}", s.id.0,
+                                        utf8_percent_encode(&o.path, PATH_SEGMENT)))
+                           { (o.path) } " (" (o.size) " bytes)" }
+                }
+            }
+        }
+    };
+    Ok(html(
+        StatusCode::OK,
+        layout::page(&format!("Session {id}"), Some(&viewer), body),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogRead {
+    #[serde(default)]
+    offset: u64,
+}
+
+/// The log from `offset`, waiting for bytes while the session runs; the header
+/// `x-corral-ended` says no more will come.
+pub async fn log(
+    State(app): State<App>,
+    Viewer(viewer): Viewer,
+    Path((id, stream)): Path<(String, String)>,
+    Query(q): Query<LogRead>,
+) -> PageResult {
+    let (bytes, ended) = crate::agents::read_log_waiting(
+        &app,
+        &viewer,
+        &id,
+        &stream,
+        q.offset,
+        Some(FOLLOW_WAIT_MS),
+    )
+    .await?;
+    let mut response = bytes.into_response();
+    let h = response.headers_mut();
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert("cache-control", HeaderValue::from_static("no-store"));
+    h.insert(
+        "x-corral-ended",
+        HeaderValue::from_static(if ended { "true" } else { "false" }),
+    );
+    Ok(response)
+}
+
+/// One output file, downloaded.
+pub async fn output(
+    State(app): State<App>,
+    Viewer(viewer): Viewer,
+    Path((id, path)): Path<(String, String)>,
+) -> PageResult {
+    let file = crate::agents::output_file(&app, &viewer, &id, &path).await?;
+    let mut response = file.into_response();
+    response.headers_mut().insert(
+        "content-disposition",
+        HeaderValue::from_static("attachment"),
+    );
+    Ok(response)
+}
