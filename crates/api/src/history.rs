@@ -20,12 +20,25 @@ pub const MAX_EVENTS: u32 = 500;
 #[serde(deny_unknown_fields)]
 pub struct HistoryQuery {
     /// Where the window starts: ms since the epoch, an RFC 3339 time, or a duration before now
-    /// (`6h`, `90m`, `1d`). Default: 6 hours before now.
+    /// (`6h`, `90m`, `1d`). Default (or empty): 6 hours before now.
+    #[cfg_attr(
+        feature = "openapi",
+        param(
+            pattern = r"^(|-?[0-9]{1,15}|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z|[1-9][0-9]{0,5}[smhd])$"
+        )
+    )]
     pub since: Option<String>,
-    /// Where it ends, in the same forms. Default: now.
+    /// Where it ends, in the same forms. Default (or empty): now.
+    #[cfg_attr(
+        feature = "openapi",
+        param(
+            pattern = r"^(|-?[0-9]{1,15}|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]Z|[1-9][0-9]{0,5}[smhd])$"
+        )
+    )]
     pub until: Option<String>,
     /// Between samples: a duration (`30s`, `5m`) or a number of seconds. Default: the window in
     /// 120 steps, at least 1 s. At most 1000 samples.
+    #[cfg_attr(feature = "openapi", param(pattern = r"^(|[1-9][0-9]{0,5}[smhd]?)$"))]
     pub step: Option<String>,
 }
 

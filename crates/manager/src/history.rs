@@ -75,12 +75,16 @@ fn point(field: &'static str, text: &str, now: Timestamp) -> Result<Timestamp, W
 }
 
 /// The window a query asks for, at `now`.
+/// An empty field (as an HTML form sends it) is one not given.
 pub fn window(query: &HistoryQuery, now: Timestamp) -> Result<Window, WindowError> {
-    let until = match &query.until {
+    let given = |field: &Option<String>| field.clone().filter(|text| !text.trim().is_empty());
+    let (since_text, until_text, step_text) =
+        (given(&query.since), given(&query.until), given(&query.step));
+    let until = match &until_text {
         Some(text) => point("until", text, now)?,
         None => now,
     };
-    let since = match &query.since {
+    let since = match &since_text {
         Some(text) => point("since", text, now)?,
         None => Timestamp(until.0.saturating_sub(DEFAULT_WINDOW_MS as i64)),
     };
@@ -94,7 +98,7 @@ pub fn window(query: &HistoryQuery, now: Timestamp) -> Result<Window, WindowErro
         ));
     }
     let span = since.ms_until(until);
-    let step_ms = match &query.step {
+    let step_ms = match &step_text {
         Some(text) => {
             let ms = match text.parse::<u64>() {
                 Ok(secs) => secs.checked_mul(1000),
@@ -277,10 +281,13 @@ mod tests {
     #[test]
     fn windows_in_people_s_forms() {
         let w = window(&q(Some("6h"), None, Some("5m")), NOW).unwrap();
+        assert_eq!(window(&q(Some("360m"), None, Some("300")), NOW), Ok(w));
+        assert!(window(&q(Some("1d"), None, Some("1h")), NOW).is_ok());
         assert_eq!(w.since, Timestamp(NOW.0 - 6 * 3_600_000));
         assert_eq!((w.until, w.step_ms), (NOW, 300_000));
         assert_eq!(w.times().count(), 73);
         let w = window(&q(None, None, None), NOW).unwrap();
+        assert_eq!(window(&q(Some(""), Some(" "), Some("")), NOW), Ok(w));
         assert_eq!(
             (w.since.ms_until(w.until), w.step_ms),
             (6 * 3_600_000, 180_000)
