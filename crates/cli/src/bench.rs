@@ -89,6 +89,23 @@ pub enum Target {
         #[arg(long, default_value_t = 20)]
         runs: usize,
     },
+    /// The simulator: simulated sessions per second of wall time (a seeded synthetic trace on
+    /// examples/simulate/ml-cloud.toml, a demand group of five templates) and the whole HPC2N
+    /// replay on examples/simulate/hpc2n-demand.toml.
+    Sim {
+        /// Sessions in the synthetic trace.
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        /// Runs per case; the best is reported.
+        #[arg(long, default_value_t = 3)]
+        runs: u32,
+        /// Seed of the synthetic trace.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// The HPC2N log (skipped when absent).
+        #[arg(long, default_value = "../shared/data/hpc2n.swf")]
+        hpc2n: std::path::PathBuf,
+    },
     /// Batch systems: jobs submitted per second through the API to the real Slurm on this host,
     /// and the time of one poll of all their states (`.ci/slurm.sh` starts a Slurm).
     Batch {
@@ -107,6 +124,12 @@ pub enum Target {
 pub fn run(target: Target) -> Result<()> {
     match target {
         Target::Core { runs, seed } => core(runs.max(1), seed),
+        Target::Sim {
+            sessions,
+            runs,
+            seed,
+            hpc2n,
+        } => crate::bench_sim::run(sessions.max(1), runs.max(1), seed, &hpc2n),
         Target::Api {
             database_url,
             sessions,

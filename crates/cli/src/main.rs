@@ -6,10 +6,12 @@ mod bench_api;
 mod bench_batch;
 mod bench_run;
 mod bench_scale;
+mod bench_sim;
 mod bench_ui;
 mod client;
 mod daemons;
 mod server_config;
+mod simulate;
 mod table;
 
 use std::io::{Read, Write};
@@ -51,6 +53,9 @@ enum Command {
         #[arg(long, short, value_enum, default_value_t)]
         output: Output,
     },
+    /// Replay a workload trace (SWF or CSV) on a group's configuration, or several side by
+    /// side, and report waits, utilisation, node-hours and cost (docs/simulate.md).
+    Simulate(simulate::SimulateArgs),
     /// Run the manager: the REST API, the control loop and the store.
     Server {
         /// A TOML file whose keys are these flags' names (`listen`, `data_dir`, ...): each
@@ -361,6 +366,7 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Bench { target } => bench::run(target),
+        Command::Simulate(args) => simulate::run(args),
         Command::AgentImage {
             tag,
             binary,

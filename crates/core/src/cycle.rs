@@ -1,5 +1,6 @@
 //! The cycle: one pure pass over a group's snapshot. Admit, then scale, then schedule.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use crate::admission::{standing_candidates, Admission};
@@ -34,9 +35,9 @@ pub fn cycle(s: &Snapshot) -> Decisions {
 struct Pass<'a> {
     pending: Vec<&'a Session>,
     /// Per pending session: its required shares.
-    required: Vec<Slots>,
+    required: Vec<Cow<'a, Slots>>,
     /// Sessions holding capacity, with their required shares.
-    holding: Vec<(&'a Session, Slots)>,
+    holding: Vec<(&'a Session, Cow<'a, Slots>)>,
     index: SlotIndex,
     /// Per pending session: its class (identical required shares).
     classes: Vec<usize>,
@@ -47,20 +48,20 @@ struct Pass<'a> {
 impl<'a> Pass<'a> {
     fn of(s: &'a Snapshot) -> Self {
         let pending: Vec<&Session> = s.pending().collect();
-        let required: Vec<Slots> = pending.iter().map(|p| s.required_shares(p)).collect();
-        let holding: Vec<(&Session, Slots)> = s
+        let required: Vec<Cow<Slots>> = pending.iter().map(|p| s.required_shares_of(p)).collect();
+        let holding: Vec<(&Session, Cow<Slots>)> = s
             .sessions
             .iter()
             .filter(|x| x.state.holds_capacity())
-            .map(|x| (x, s.required_shares(x)))
+            .map(|x| (x, s.required_shares_of(x)))
             .collect();
         let index = SlotIndex::of(
             s.agents
                 .iter()
                 .flat_map(|a| [&a.capacity, &a.allocated])
                 .chain(s.group.templates.iter().map(|t| &t.slots))
-                .chain(required.iter())
-                .chain(holding.iter().map(|(_, r)| r))
+                .chain(required.iter().map(|r| &**r))
+                .chain(holding.iter().map(|(_, r)| &**r))
                 .chain([&s.group.policy.headroom]),
         );
 
@@ -208,10 +209,16 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         &mut placing,
         false,
     );
+    let config = &s.group.scheduler;
+    // Agents the queue will really use: nothing behind a blocked session that holds the queue
+    // is placed, so what the trial put there keeps no agent from scale-in (else an idle agent
+    // kept for held sessions could block the head forever, with the group at max_nodes).
     let mut used = vec![false; s.agents.len()];
-    for o in &trial {
-        if let Outcome::Placed { agent } = o {
-            used[*agent] = true;
+    for &k in &queue.order {
+        match trial[k] {
+            Outcome::Placed { agent } => used[agent] = true,
+            Outcome::NoRoom if config.holds_queue(queue.requests[k].blocked_passes) => break,
+            _ => {}
         }
     }
     let unmet: Vec<usize> = queue
@@ -220,6 +227,10 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .copied()
         .filter(|&k| trial[k] == Outcome::NoRoom)
         .collect();
+    let held_from = unmet
+        .iter()
+        .position(|&k| config.holds_queue(queue.requests[k].blocked_passes))
+        .map_or(unmet.len(), |blocker| blocker + 1);
     let unmet_needs: Vec<(&[u64], usize)> = unmet
         .iter()
         .map(|&k| (&*queue.needs[k], queue.requests[k].class))
@@ -238,6 +249,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         used: &used,
         unmet: &unmet_needs,
         arrived: &arrived,
+        held_from,
         classes: pass.class_needs.len(),
     });
     write_scaling(s, index, &plan, decisions);
@@ -318,7 +330,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
             Outcome::Placed { agent } => decisions.placements.push(Placement {
                 session: session.id.clone(),
                 agent: s.agents[agent].id.clone(),
-                slots: pass.required[queue.admitted[k]].clone(),
+                slots: pass.required[queue.admitted[k]].clone().into_owned(),
             }),
             Outcome::HeldBehind { blocker } => decisions.waiting.push(Waiting {
                 session: session.id.clone(),

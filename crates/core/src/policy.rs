@@ -23,6 +23,10 @@ pub struct ScaleInput<'a> {
     pub unmet: &'a [(&'a [u64], usize)],
     /// Per unmet session: when it was submitted (for the batching window).
     pub arrived: &'a [Timestamp],
+    /// Unmet sessions from this index on wait behind a blocked one that holds the queue (under
+    /// the head-of-line rule): no marked agent is brought back for them, since nothing would be
+    /// placed on it.
+    pub held_from: usize,
     pub classes: usize,
 }
 
@@ -336,6 +340,9 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
     let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone());
     let mut unmarked = vec![false; s.agents.len()];
     rest.retain(|&k| {
+        if k >= input.held_from {
+            return true;
+        }
         let need = input.unmet[k].0;
         match marked.find(need, PlacementStrategy::Binpack) {
             Some(a) => {

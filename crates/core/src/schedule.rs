@@ -38,8 +38,14 @@ pub fn queue_order(sequencer: Sequencer) -> &'static [QueueKey] {
     }
 }
 
-/// Compares two sessions by `keys`.
-fn by_keys(keys: &[QueueKey], a: &Session, b: &Session) -> std::cmp::Ordering {
+/// Most pending sessions one pass reads: bounds a pass's time (the core places 100,000 in well
+/// under a second) however long the queue grows. The store reads the head of the queue, in
+/// [`queue_order`], up to this many; the simulator does the same.
+pub const MAX_PENDING_PER_PASS: usize = 20_000;
+
+/// Compares two sessions by `keys`: the queue's order when `keys` is a sequencer's
+/// [`queue_order`].
+pub fn by_keys(keys: &[QueueKey], a: &Session, b: &Session) -> std::cmp::Ordering {
     keys.iter()
         .map(|key| match key {
             QueueKey::PriorityDesc => b.priority.cmp(&a.priority),

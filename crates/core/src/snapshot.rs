@@ -1,5 +1,6 @@
 //! A group's state at one instant, and the shares computed from it on demand.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -54,7 +55,17 @@ impl Snapshot {
 
     /// What one session needs: its request raised to its image's minimums.
     pub fn required_shares(&self, session: &Session) -> Slots {
-        self.required_for(&session.request, session.image.as_deref())
+        self.required_shares_of(session).into_owned()
+    }
+
+    /// [`Snapshot::required_shares`], borrowing the request when no image raises it (a pass
+    /// reads thousands).
+    pub fn required_shares_of<'a>(&'a self, session: &'a Session) -> Cow<'a, Slots> {
+        let image = session.image.as_deref();
+        match image.and_then(|name| self.images.iter().find(|i| i.name == name)) {
+            Some(image) => Cow::Owned(session.request.max(&image.min_slots)),
+            None => Cow::Borrowed(&session.request),
+        }
     }
 
     /// What a request needs on the given image (an image the group does not know adds nothing).

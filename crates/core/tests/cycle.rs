@@ -416,6 +416,33 @@ fn strict_head_of_line_says_who_holds_the_queue() {
 }
 
 #[test]
+fn a_strict_head_at_max_nodes_frees_the_idle_agent_that_only_held_sessions_fit() {
+    // max_nodes 1: the idle CPU agent fits only s2, which waits behind the GPU head s1 (found
+    // by the simulator: the agent was kept for s2, or marked and brought back for it, forever).
+    let group =
+        json!({"policy": "demand", "max_nodes": 1, "idle_wait_secs": 0, "head_of_line": "strict"});
+    let problem = |state: &str| {
+        json!({
+            "now": 1000,
+            "group": group,
+            "templates": [{"name": "cpu", "slots": "cpu=4", "price": 1.0, "max": 3},
+                          {"name": "g1", "slots": G1, "price": 4.0, "max": 2}],
+            "agents": [agent("a1", "cpu", "cpu=4", "", state)],
+            "sessions": [session("s1", "cpu=1,gpu=1"), session("s2", "cpu=1")]
+        })
+    };
+    let d = cycle(&snapshot(problem("alive")));
+    assert_eq!(ids(&d.marks), ["a1"]);
+    assert!(d.placements.is_empty());
+    let d = cycle(&snapshot(problem("marked")));
+    assert!(
+        d.unmarks.is_empty(),
+        "s2 is held behind s1: nothing lands on a1"
+    );
+    assert_eq!(ids(&d.terminations), ["a1"]);
+}
+
+#[test]
 fn image_minimums_raise_what_a_session_needs() {
     let s = snapshot(json!({
         "templates": templates(),

@@ -13,9 +13,7 @@ use crate::instances::{InstancePhase, InstanceRecord};
 use crate::sessions::{core_session_columns, session_from_row};
 use crate::Store;
 
-/// Most pending sessions one pass reads: bounds a pass's time (the core places 100,000 in well
-/// under a second) however long the queue grows.
-pub const MAX_PENDING_PER_PASS: usize = 20_000;
+pub use corral_core::schedule::MAX_PENDING_PER_PASS;
 
 impl Store {
     /// One consistent read of everything a pass needs about `group`: the group, its agents that

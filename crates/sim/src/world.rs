@@ -1,0 +1,548 @@
+//! The simulated group between passes: its agents, queue, running sessions and instances in
+//! flight, the snapshot a pass reads of them, and what a pass's decisions do to them (as the
+//! store's `apply` and the scaling driver do to the real ones). Nothing here decides: every
+//! decision comes from `corral_core::cycle`.
+
+use std::collections::{BTreeMap, HashSet};
+
+use corral_core::schedule::{by_keys, queue_order, MAX_PENDING_PER_PASS};
+use corral_core::{
+    Agent, AgentId, AgentState, Decisions, Governor, HeadOfLine, InFlight, Sequencer, Session,
+    SessionId, SessionState, Slots, Snapshot, Timestamp, WaitReason,
+};
+
+use crate::clock::{Clock, Event};
+use crate::config::SimConfig;
+use crate::trace::TraceJob;
+use crate::SimError;
+
+/// What became of one job of the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub submitted: Timestamp,
+    /// When it was placed (and, in the simulation, started).
+    pub started: Option<Timestamp>,
+    pub ended: Option<Timestamp>,
+    /// The node it ran on (index into [`Outcome::nodes`](crate::Outcome)).
+    pub node: Option<usize>,
+    /// What it took on its node: its required shares.
+    pub slots: Slots,
+    /// Why admission refused it.
+    pub rejected: Option<String>,
+}
+
+/// One agent's life: present from the start, or launched from a template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRecord {
+    pub id: AgentId,
+    /// Index into the configuration's templates; `None` for agents present from the start.
+    pub template: Option<usize>,
+    pub capacity: Slots,
+    pub price_per_hour: f64,
+    /// From when it is paid for: its launch, or the trace's start.
+    pub paid_from: Timestamp,
+    /// When it took sessions.
+    pub joined: Timestamp,
+    /// When it was terminated; `None` while it lives.
+    pub terminated: Option<Timestamp>,
+}
+
+/// An instance asked of the simulated provider that has not joined yet.
+struct Instance {
+    template: usize,
+    requested: Timestamp,
+}
+
+pub(crate) struct World<'a> {
+    config: &'a SimConfig,
+    jobs: &'a [TraceJob],
+    /// Agents not terminated, in id order (ids grow with each node), as the store reads them;
+    /// the pending sessions the next pass reads (at most `MAX_PENDING_PER_PASS`) and, under DRF,
+    /// those holding capacity. Kept from pass to pass: a pass copies nothing of it.
+    snapshot: Snapshot,
+    /// Pending in `snapshot.sessions`.
+    pending: usize,
+    /// Pending sessions beyond `MAX_PENDING_PER_PASS`, merged back in the queue's order.
+    backlog: Vec<Session>,
+    /// Under DRF, a session ended since the last pass (its place in the snapshot is let go).
+    ended_since_pass: bool,
+    pub sessions: Vec<SessionRecord>,
+    pub nodes: Vec<NodeRecord>,
+    instances: BTreeMap<u64, Instance>,
+    next_instance: u64,
+    governor: Governor,
+    rng: corral_core::workload::Rng,
+    pub running: usize,
+    pub arrived: usize,
+    pub started: usize,
+    pub ended: usize,
+    pub rejected: usize,
+    pub launched: u64,
+    pub launch_failures: u64,
+    pub terminated: u64,
+}
+
+impl<'a> World<'a> {
+    pub fn new(config: &'a SimConfig, jobs: &'a [TraceJob]) -> Self {
+        let mut world = World {
+            config,
+            jobs,
+            snapshot: Snapshot {
+                now: Timestamp(0),
+                group: config.group("sim"),
+                agents: Vec::new(),
+                sessions: Vec::new(),
+                images: Vec::new(),
+                in_flight: Vec::new(),
+                last_scale_out: None,
+                launch_limits: BTreeMap::new(),
+            },
+            pending: 0,
+            backlog: Vec::new(),
+            ended_since_pass: false,
+            sessions: jobs
+                .iter()
+                .map(|j| SessionRecord {
+                    submitted: Timestamp::default().plus_secs(j.submit_secs),
+                    started: None,
+                    ended: None,
+                    node: None,
+                    slots: Slots::new(),
+                    rejected: None,
+                })
+                .collect(),
+            nodes: Vec::new(),
+            instances: BTreeMap::new(),
+            next_instance: 0,
+            governor: Governor::default(),
+            rng: corral_core::workload::Rng::new(config.provisioning.seed),
+            running: 0,
+            arrived: 0,
+            started: 0,
+            ended: 0,
+            rejected: 0,
+            launched: 0,
+            launch_failures: 0,
+            terminated: 0,
+        };
+        for spec in &config.agents {
+            for _ in 0..spec.count {
+                let agent = world.add_node(None, spec.slots.clone(), spec.price_per_hour);
+                world.snapshot.agents[agent].external = spec.external;
+            }
+        }
+        world
+    }
+
+    pub fn pending(&self) -> usize {
+        self.pending + self.backlog.len()
+    }
+
+    fn drf(&self) -> bool {
+        self.snapshot.group.scheduler.sequencer == Sequencer::Drf
+    }
+
+    /// Instances in flight, per template index.
+    pub fn in_flight_by_kind(&self) -> BTreeMap<usize, u32> {
+        let mut counts = BTreeMap::new();
+        for i in self.instances.values() {
+            *counts.entry(i.template).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Live agents: per node, its index into [`World::nodes`], and its allocation.
+    pub fn agents(&self) -> impl Iterator<Item = (usize, &Agent)> {
+        self.snapshot.agents.iter().map(|a| (node_of(&a.id), a))
+    }
+
+    /// A new agent, taking sessions from `now`; returns its position among the agents.
+    fn add_node(&mut self, template: Option<usize>, capacity: Slots, price: f64) -> usize {
+        let now = self.snapshot.now;
+        let node = self.nodes.len();
+        let id = AgentId(format!("n{node:07}"));
+        self.nodes.push(NodeRecord {
+            id: id.clone(),
+            template,
+            capacity: capacity.clone(),
+            price_per_hour: price,
+            paid_from: now,
+            joined: now,
+            terminated: None,
+        });
+        self.snapshot.agents.push(Agent {
+            id,
+            group: self.snapshot.group.name.clone(),
+            template: template.map(|t| self.config.templates[t].name.clone()),
+            capacity,
+            allocated: Slots::new(),
+            state: AgentState::Alive,
+            labels: BTreeMap::new(),
+            external: false,
+            drained_by_hand: false,
+            idle_since: Some(now),
+        });
+        self.snapshot.agents.len() - 1
+    }
+
+    fn agent_mut(&mut self, id: &AgentId) -> Result<&mut Agent, SimError> {
+        let at = self
+            .snapshot
+            .agents
+            .binary_search_by(|a| a.id.cmp(id))
+            .map_err(|_| SimError::Engine(format!("decisions name agent {id}, which is gone")))?;
+        Ok(&mut self.snapshot.agents[at])
+    }
+
+    /// An agent that has just become idle may be marked once it has been for the idle wait.
+    fn wake_after_idle_wait(&self, clock: &mut Clock) {
+        let wait = self.snapshot.group.policy.idle_wait_secs;
+        clock.at(self.snapshot.now.plus_secs(wait), Event::Wake);
+    }
+
+    /// Applies one event at `now`.
+    pub fn happen(
+        &mut self,
+        now: Timestamp,
+        event: Event,
+        clock: &mut Clock,
+    ) -> Result<(), SimError> {
+        self.snapshot.now = now;
+        match event {
+            Event::Arrive(j) => {
+                let job = &self.jobs[j];
+                let session = Session {
+                    id: session_id(j),
+                    group: self.snapshot.group.name.clone(),
+                    owner: job.owner.clone(),
+                    priority: 0,
+                    request: job.request.clone(),
+                    image: None,
+                    kind: corral_core::SessionType::Batch,
+                    submitted_at: now,
+                    state: SessionState::Pending,
+                    agent: None,
+                    blocked_passes: 0,
+                };
+                if self.pending < MAX_PENDING_PER_PASS && self.backlog.is_empty() {
+                    self.snapshot.sessions.push(session);
+                    self.pending += 1;
+                } else {
+                    self.backlog.push(session);
+                }
+                self.arrived += 1;
+            }
+            Event::Finish(j) => {
+                let record = &mut self.sessions[j];
+                record.ended = Some(now);
+                let node = record.node.expect("a session that ends was placed");
+                let slots = record.slots.clone();
+                let id = self.nodes[node].id.clone();
+                let agent = self.agent_mut(&id)?;
+                agent.allocated = agent.allocated.checked_sub(&slots).map_err(|e| {
+                    SimError::Engine(format!("agent {id} frees more than it holds: {e}"))
+                })?;
+                if agent.is_idle() {
+                    agent.idle_since = Some(now);
+                    self.wake_after_idle_wait(clock);
+                }
+                self.ended_since_pass = true;
+                self.running -= 1;
+                self.ended += 1;
+            }
+            Event::Join(n) => {
+                let instance = self
+                    .instances
+                    .remove(&n)
+                    .ok_or_else(|| SimError::Engine(format!("instance {n} joins twice")))?;
+                let template = &self.config.templates[instance.template];
+                let (slots, price, name) = (
+                    template.slots.clone(),
+                    template.price_per_hour,
+                    template.name.clone(),
+                );
+                let at = self.add_node(Some(instance.template), slots, price);
+                let node = node_of(&self.snapshot.agents[at].id);
+                self.nodes[node].paid_from = instance.requested;
+                self.governor.succeeded(&name);
+                self.wake_after_idle_wait(clock);
+            }
+            Event::LaunchFailed(n) => {
+                let instance = self
+                    .instances
+                    .remove(&n)
+                    .ok_or_else(|| SimError::Engine(format!("instance {n} fails twice")))?;
+                let name = self.config.templates[instance.template].name.clone();
+                let settings = &self.config.launch;
+                self.governor.failed(
+                    settings,
+                    &name,
+                    false,
+                    "the simulated provider refused the launch",
+                    now,
+                );
+                self.launch_failures += 1;
+                let failures = self.governor.failures().get(name.as_str()).copied();
+                let backoff = settings.backoff_secs(failures.unwrap_or(1));
+                clock.at(now.plus_secs(backoff), Event::Wake);
+            }
+            Event::Wake => {}
+        }
+        Ok(())
+    }
+
+    /// One pass at `now`: the snapshot as the store would read it, the cycle, and its decisions
+    /// applied.
+    pub fn pass(&mut self, now: Timestamp, clock: &mut Clock) -> Result<(), SimError> {
+        self.snapshot.now = now;
+        self.snapshot.launch_limits = self.governor.limits(&self.config.launch, now);
+        self.snapshot.in_flight = self.in_flight_by_template();
+        if self.drf() && self.ended_since_pass {
+            let records = &self.sessions;
+            self.snapshot.sessions.retain(|s| {
+                s.state == SessionState::Pending || records[job_of(&s.id)].ended.is_none()
+            });
+            self.ended_since_pass = false;
+        }
+        if !self.backlog.is_empty() {
+            self.refill_from_backlog();
+        }
+        let decisions = corral_core::cycle(&self.snapshot);
+        let applied = self.apply(&decisions, clock);
+        // Placed sessions stay under DRF (they hold capacity); decided ones leave.
+        let drf = self.drf();
+        self.snapshot.sessions.retain(|s| {
+            s.state == SessionState::Pending || (drf && s.state == SessionState::Running)
+        });
+        self.pending = (self.snapshot.sessions.iter())
+            .filter(|s| s.state == SessionState::Pending)
+            .count();
+        applied
+    }
+
+    /// The head of the whole queue in the sequencer's order, up to `MAX_PENDING_PER_PASS`, into
+    /// the snapshot (as the store reads it); the rest back to the backlog.
+    fn refill_from_backlog(&mut self) {
+        let (pending, holding): (Vec<Session>, Vec<Session>) =
+            std::mem::take(&mut self.snapshot.sessions)
+                .into_iter()
+                .partition(|s| s.state == SessionState::Pending);
+        let mut queue = pending;
+        queue.append(&mut self.backlog);
+        let keys = queue_order(self.snapshot.group.scheduler.sequencer);
+        queue.sort_by(|a, b| by_keys(keys, a, b));
+        let rest = queue.split_off(queue.len().min(MAX_PENDING_PER_PASS));
+        self.pending = queue.len();
+        self.snapshot.sessions = holding;
+        self.snapshot.sessions.append(&mut queue);
+        self.backlog = rest;
+    }
+
+    fn in_flight_by_template(&self) -> Vec<InFlight> {
+        let mut by_template: BTreeMap<usize, InFlight> = BTreeMap::new();
+        for i in self.instances.values() {
+            let f = by_template.entry(i.template).or_insert_with(|| InFlight {
+                template: self.config.templates[i.template].name.clone(),
+                count: 0,
+                since: i.requested,
+            });
+            f.count += 1;
+            f.since = f.since.min(i.requested);
+        }
+        by_template.into_values().collect()
+    }
+
+    /// The decisions, in the store's order: rejections, launches, unmarks, placements, marks,
+    /// terminations, waits. A decision the world contradicts (a placement over capacity, on an
+    /// agent that takes nothing) is an engine error, never applied.
+    fn apply(&mut self, d: &Decisions, clock: &mut Clock) -> Result<(), SimError> {
+        let now = self.snapshot.now;
+        let (reject_at, place_at) = {
+            let by_id: BTreeMap<&SessionId, usize> = self
+                .snapshot
+                .sessions
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (&s.id, i))
+                .collect();
+            let position = |id: &SessionId| by_id.get(id).copied().ok_or_else(|| unknown(id));
+            let reject_at: Vec<usize> =
+                (d.rejections.iter().map(|r| position(&r.session))).collect::<Result<_, _>>()?;
+            let place_at: Vec<usize> =
+                (d.placements.iter().map(|p| position(&p.session))).collect::<Result<_, _>>()?;
+            (reject_at, place_at)
+        };
+        let mut decided: Vec<(usize, Option<String>)> = Vec::new();
+        for (r, at) in d.rejections.iter().zip(reject_at) {
+            decided.push((at, Some(r.reason.to_string())));
+        }
+        self.launch(d, clock);
+        for u in &d.unmarks {
+            let agent = self.agent_mut(&u.agent)?;
+            agent.state = AgentState::Alive;
+            if agent.is_idle() {
+                agent.idle_since = Some(now);
+                self.wake_after_idle_wait(clock);
+            }
+        }
+        for (p, at) in d.placements.iter().zip(place_at) {
+            let agent = self.agent_mut(&p.agent)?;
+            let allocated = agent.allocated.checked_add(&p.slots).ok();
+            match allocated {
+                Some(a) if agent.state == AgentState::Alive && a.fits_in(&agent.capacity) => {
+                    agent.allocated = a;
+                    agent.idle_since = None;
+                }
+                _ => {
+                    return Err(SimError::Engine(format!(
+                        "placing session {} on agent {} ({:?}, {} allocated of {}) with {}",
+                        p.session, p.agent, agent.state, agent.allocated, agent.capacity, p.slots
+                    )))
+                }
+            }
+            let j = job_of(&p.session);
+            let record = &mut self.sessions[j];
+            record.started = Some(now);
+            record.node = Some(node_of(&p.agent));
+            record.slots = p.slots.clone();
+            clock.at(now.plus_secs(self.jobs[j].duration_secs), Event::Finish(j));
+            self.running += 1;
+            self.started += 1;
+            decided.push((at, None));
+        }
+        for m in &d.marks {
+            self.agent_mut(&m.agent)?.state = AgentState::Marked;
+        }
+        if !(d.marks.is_empty() && d.terminations.is_empty()) {
+            // Marked agents that are empty are terminated by the next pass (the manager's tick),
+            // and an agent let go may make room under max_nodes (its driver wakes the group).
+            clock.at(now, Event::Wake);
+        }
+        for t in &d.terminations {
+            let at = self
+                .snapshot
+                .agents
+                .binary_search_by(|a| a.id.cmp(&t.agent))
+                .map_err(|_| {
+                    SimError::Engine(format!("terminating agent {}, which is gone", t.agent))
+                })?;
+            let agent = self.snapshot.agents.remove(at);
+            if !agent.is_idle() {
+                return Err(SimError::Engine(format!(
+                    "terminating agent {} that holds {}",
+                    agent.id, agent.allocated
+                )));
+            }
+            self.nodes[node_of(&agent.id)].terminated = Some(now);
+            self.terminated += 1;
+        }
+        self.count_blocked_passes(d);
+        for (at, rejected) in decided {
+            let session = &mut self.snapshot.sessions[at];
+            let j = job_of(&session.id);
+            match rejected {
+                Some(reason) => {
+                    session.state = SessionState::Rejected;
+                    self.sessions[j].rejected = Some(reason);
+                    self.rejected += 1;
+                }
+                None => {
+                    session.state = SessionState::Running;
+                    session.agent = self.sessions[j].node.map(|n| self.nodes[n].id.clone());
+                }
+            }
+        }
+        if let Some(at) = d.recheck_at {
+            clock.at(at.max(now), Event::Wake);
+        }
+        Ok(())
+    }
+
+    /// The launches: each instance joins after the provisioning delay, or is refused by the
+    /// provider at once with the configured probability.
+    fn launch(&mut self, d: &Decisions, clock: &mut Clock) {
+        let now = self.snapshot.now;
+        if d.launches.is_empty() {
+            return;
+        }
+        self.snapshot.last_scale_out = Some(now);
+        let provisioning = &self.config.provisioning;
+        for l in &d.launches {
+            let template = self
+                .config
+                .templates
+                .iter()
+                .position(|t| t.name == l.template)
+                .expect("the cycle launches the group's templates");
+            self.governor
+                .launched(&self.config.launch, &l.template, l.count, now);
+            for _ in 0..l.count {
+                let n = self.next_instance;
+                self.next_instance += 1;
+                self.instances.insert(
+                    n,
+                    Instance {
+                        template,
+                        requested: now,
+                    },
+                );
+                self.launched += 1;
+                // A draw in [0, 1) with 53 bits, below the failure rate: refused.
+                let draw = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+                if draw < provisioning.failure_rate {
+                    clock.at(now, Event::LaunchFailed(n));
+                } else {
+                    clock.at(now.plus_secs(provisioning.delay_secs), Event::Join(n));
+                }
+            }
+        }
+        // The launch budget's window moves on: a pass then may launch what it held back.
+        clock.at(
+            now.plus_secs(self.config.launch.budget_window_secs),
+            Event::Wake,
+        );
+    }
+
+    /// As the store counts them: sessions that found no room (not those held behind another)
+    /// count one more blocked pass, under backfill, up to `skip_after`.
+    fn count_blocked_passes(&mut self, d: &Decisions) {
+        let scheduler = self.snapshot.group.scheduler;
+        if scheduler.head_of_line != HeadOfLine::Backfill || d.waiting.is_empty() {
+            return;
+        }
+        let blocked: HashSet<&SessionId> = d
+            .waiting
+            .iter()
+            .filter(|w| !matches!(w.reason, WaitReason::HeldBehind { .. }))
+            .map(|w| &w.session)
+            .collect();
+        for s in &mut self.snapshot.sessions {
+            if s.state == SessionState::Pending
+                && s.blocked_passes < scheduler.skip_after
+                && blocked.contains(&s.id)
+            {
+                s.blocked_passes += 1;
+            }
+        }
+    }
+}
+
+fn unknown(id: &SessionId) -> SimError {
+    SimError::Engine(format!(
+        "decisions name session {id}, which is not in the pass"
+    ))
+}
+
+fn session_id(job: usize) -> SessionId {
+    SessionId(format!("s{job:08}"))
+}
+
+/// The trace index a session id stands for.
+fn job_of(id: &SessionId) -> usize {
+    id.0[1..].parse().expect("session ids are s<index>")
+}
+
+/// The node index an agent id stands for.
+fn node_of(id: &AgentId) -> usize {
+    id.0[1..].parse().expect("agent ids are n<index>")
+}
