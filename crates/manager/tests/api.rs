@@ -281,11 +281,12 @@ on_both!(
         );
         // The manager answers 413 as soon as the size is known and may close the connection
         // while the client still sends: such a send fails on the client's side, so try again
-        // until the answer is read (the refusal itself is what is checked).
+        // until the answer is read (the refusal itself is what is checked). A client of its
+        // own, so that the connection the manager closes is not reused by the requests after.
+        let once = reqwest::Client::new();
         let mut answer = None;
         for _ in 0..10 {
-            let sent = m
-                .client
+            let sent = once
                 .post(format!("{}/api/v1/sessions", m.base))
                 .bearer_auth(&m.admin)
                 .header("content-type", "application/json")
