@@ -248,6 +248,8 @@ def before_call(ctx, case, kwargs):
                 body["options"]["sessions"] = False
     if path.startswith("/api/v1/groups/{name}/batch/") and params.get("name") == "fx2":
         params["name"] = "fx"  # (links carry fx2 over from its binding)
+    if path == "/api/v1/groups/{name}" and method == "DELETE" and params.get("name") in ("fx", "fx2"):
+        params["name"] = "fx-no-group"  # The fixture groups stay: the hooks point cases at them.
     if path == "/api/v1/images/{name}" and method == "DELETE" and params.get("name") == "fx-image":
         params["name"] = "fx-image2"  # The image sessions name is never deleted.
     # The fixture agent and the tests' own token stay: removing either would end the run.
@@ -257,11 +259,14 @@ def before_call(ctx, case, kwargs):
         return
     if path.startswith("/api/v1/groups/{name}") and "name" in params and params["name"] != "fx2":
         params["name"] = pick(params["name"], "fx")
+        if method == "DELETE" and path == "/api/v1/groups/{name}" and params["name"] == "fx":
+            params["name"] = "fx-no-group"
     if path.startswith("/api/v1/images/{name}") and "name" in params:
         params["name"] = pick(params["name"], "fx-image" if method != "DELETE" else "fx-image2")
     if path.startswith("/api/v1/agents/{id}") and "id" in params:
         params["id"] = pick(params["id"], "fx-agent")
-        if method == "DELETE" and path == "/api/v1/agents/{id}":
+        if method == "DELETE" and path == "/api/v1/agents/{id}" and params["id"] == "fx-agent":
+            # The fixture agent stays; an agent a stateful test registered may go.
             params["id"] = "fx-no-agent"
         if "session" in params and params["id"] == "fx-agent":
             params["session"] = SESSION
@@ -292,6 +297,13 @@ def before_call(ctx, case, kwargs):
     if path == "/api/v1/sessions" and method == "POST":
         # About half ask for what fx-agent has (the others are refused with 422 or queue).
         body["request"] = pick(body.get("request"), "cpu=1")
+        # A device constraint needs a request of its kind beside it, once per kind: a rule
+        # across fields the schema cannot state (refused with 400, naming it).
+        body.pop("constraints", None)
+    if path == "/api/v1/agents/join" and method == "POST":
+        # A device list must add up to the capacity of its kinds, ids once each: rules across
+        # fields the schema cannot state (refused with 400, naming them).
+        body.pop("devices", None)
     if isinstance(body.get("image"), str):
         body["image"] = "fx-image"
     if path == "/api/v1/agents" and isinstance(body.get("template"), str):

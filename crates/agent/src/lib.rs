@@ -77,7 +77,7 @@ pub enum AgentError {
 }
 
 /// The slots this host offers, as detected.
-pub fn detected_capacity(nvidia_smi: &std::path::Path) -> Slots {
+pub fn detected_capacity(nvidia_smi: &std::path::Path) -> (Slots, Vec<corral_core::Device>) {
     let c = corral_runtime::detect_capacity(nvidia_smi);
     let name = |n: &str| SlotName::new(n).expect("constant slot name");
     let mut pairs = vec![
@@ -87,13 +87,20 @@ pub fn detected_capacity(nvidia_smi: &std::path::Path) -> Slots {
             Quantity::from_milli(c.mem_bytes.saturating_mul(1000)),
         ),
     ];
-    if !c.gpus.is_empty() {
+    // Devices, not boards: a GPU split into MIG instances counts as its instances; their
+    // memory adds up in `gpu.mem`, what fractions of a device may ask for.
+    let devices = c.devices();
+    if !devices.is_empty() {
         pairs.push((
             name("gpu"),
-            Quantity::from_milli(c.gpus.len() as u64 * 1000),
+            Quantity::from_milli(devices.len() as u64 * 1000),
         ));
+        let memory: u64 = devices.iter().map(|d| d.memory.milli()).sum();
+        if memory > 0 {
+            pairs.push((name("gpu.mem"), Quantity::from_milli(memory)));
+        }
     }
-    Slots::from_pairs(pairs).expect("distinct names")
+    (Slots::from_pairs(pairs).expect("distinct names"), devices)
 }
 
 /// What ended since the last successful sync, and a bell rung when something ends.
@@ -158,8 +165,9 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     let drain_at = config
         .drain_after
         .and_then(|d| tokio::time::Instant::now().checked_add(d));
-    let capacity = match config.capacity.clone() {
-        Some(c) => c,
+    let (capacity, devices) = match config.capacity.clone() {
+        // Declared by hand: a device kind given as a number stands for that many devices.
+        Some(c) => (c, Vec::new()),
         // Detection reads /proc and may run nvidia-smi: off the async threads.
         None => {
             let nvidia_smi = config.nvidia_smi.clone();
@@ -173,6 +181,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         group: config.group.clone(),
         capacity,
         labels: config.labels.clone(),
+        devices,
     };
     tokio::fs::create_dir_all(&config.work_root).await?;
     // Sessions found running after a restart are re-adopted and reported; the manager says
@@ -188,6 +197,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             inputs: Vec::new(),
             outputs: Vec::new(),
             allocation: Slots::new(),
+            devices: Vec::new(),
         };
         lock(&agent.running).insert(id, adopted.clone());
         spawn_waiter(&agent, adopted);
@@ -326,6 +336,7 @@ fn spec_of(a: &Assignment, group: &str) -> SessionSpec {
             mem_bytes: a.allocation.get("mem").milli() / 1000,
         },
         outputs: a.outputs.clone(),
+        devices: a.devices.clone(),
     }
 }
 

@@ -83,6 +83,9 @@ pub struct Placement {
     pub session: String,
     pub agent: String,
     pub slots: Slots,
+    /// The devices it takes there.
+    #[serde(default)]
+    pub devices: Vec<corral_core::DeviceGrant>,
 }
 
 #[cfg(test)]

@@ -21,6 +21,10 @@ pub struct JoinRequest {
     pub capacity: Slots,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Its devices one by one (as `nvidia-smi` lists them); a device kind in `capacity`
+    /// without a list here is that many devices of an unknown model.
+    #[serde(default)]
+    pub devices: Vec<corral_core::Device>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +102,9 @@ pub struct Assignment {
     pub outputs: Vec<String>,
     /// What it holds on the agent: its limits.
     pub allocation: Slots,
+    /// The devices it is given there, by id.
+    #[serde(default)]
+    pub devices: Vec<corral_core::DeviceGrant>,
 }
 
 /// The agent's calls, each on its route.

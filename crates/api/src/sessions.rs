@@ -37,6 +37,10 @@ pub struct NewSession {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Environment))]
     pub environment: BTreeMap<String, String>,
+    /// Which devices of a kind it accepts: a model pattern, a least device memory.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
+    pub constraints: Vec<corral_core::DeviceConstraint>,
 }
 
 /// The answer to `POST /sessions`: the new session's id and state (pending; or rejected is

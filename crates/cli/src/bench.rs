@@ -219,6 +219,35 @@ fn core(runs: u32, seed: u64) -> Result<()> {
         secs * 1e3
     );
 
+    // Devices one by one: 10,000 agents of 8 GPUs of two models, 100,000 sessions of whole
+    // devices and fractions of one, half of them constrained to a model.
+    let snapshot = workload::gpu_snapshot(10_000, 100_000, seed);
+    let (secs, decisions) = best_of(runs, || cycle(&snapshot));
+    println!(
+        "schedule_100k_on_10k_devices {:.0} placements/s",
+        decisions.placements.len() as f64 / secs
+    );
+    eprintln!(
+        "# {} placed, {} waiting, {:.1} ms per pass",
+        decisions.placements.len(),
+        decisions.waiting.len(),
+        secs * 1e3
+    );
+    // How much of 1,000 agents' GPUs (8,000 devices) is allocated when the first request of a
+    // seeded stream of whole and fractional ones (130% of their capacity, in order) finds no
+    // room: what fragmentation leaves unusable (best fit on devices).
+    let snapshot = workload::gpu_offered(1_000, 1.3, seed);
+    let decisions = cycle(&snapshot);
+    let allocated: u64 = decisions
+        .placements
+        .iter()
+        .map(|p| p.slots.get("gpu").milli())
+        .sum();
+    println!(
+        "gpu_allocation_ratio {:.4} ratio",
+        allocated as f64 / (1_000.0 * 8.0 * 1000.0)
+    );
+
     // Scale-out for 100,000 pending sessions over the 20-template catalog, from no agents.
     let snapshot = workload::snapshot(PolicyKind::Demand, 0, 100_000, seed);
     let (secs, decisions) = best_of(runs, || cycle(&snapshot));

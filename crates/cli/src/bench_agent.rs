@@ -373,6 +373,7 @@ async fn join(api: &Client, i: usize) -> Result<String> {
         group: GROUP.into(),
         capacity: "cpu=1".parse()?,
         labels: BTreeMap::new(),
+        devices: Vec::new(),
     };
     let mut attempt = 0;
     loop {

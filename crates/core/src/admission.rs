@@ -2,39 +2,26 @@
 
 use crate::decisions::{Excess, Infeasible};
 use crate::dense::{fits, SlotIndex, Vector};
-use crate::model::{AgentState, PolicyKind};
+use crate::devices::DeviceConstraint;
+use crate::dimensions;
 use crate::slots::{Quantity, Slots};
 use crate::snapshot::Snapshot;
 
-/// The capacities a session could ever get in a group: every agent that may take sessions again
-/// (alive, marked or drained, or lost and perhaps coming back) and the templates the policy may
-/// launch. A request only a drained or lost agent could hold is queued, as Slurm queues jobs for
-/// drained nodes, and waits with that reason; the same holds for sessions already queued.
-pub fn standing_candidates(snapshot: &Snapshot) -> impl Iterator<Item = &Slots> {
-    let policy = &snapshot.group.policy;
-    let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
-    let agents = snapshot
-        .agents
-        .iter()
-        .filter(|a| a.state != AgentState::Terminated)
-        .map(|a| &a.capacity);
-    let templates = snapshot
-        .group
-        .templates
-        .iter()
-        .filter(move |t| launchable && t.max > 0)
-        .map(|t| &t.slots);
-    agents.chain(templates)
-}
-
-/// Checks one request against a snapshot (the synchronous check at submit).
-pub fn admit(snapshot: &Snapshot, required: &Slots) -> Result<(), Infeasible> {
-    let index = SlotIndex::of(standing_candidates(snapshot).chain([required]));
-    let admission = Admission::new(
-        &index,
-        standing_candidates(snapshot).map(|c| index.vector(c)),
-    );
-    admission.check(&index, &index.vector(required))
+/// Checks one request against a snapshot (the synchronous check at submit): its device asks
+/// valid, and some agent that may take sessions again or launchable template able to hold it.
+pub fn admit(
+    snapshot: &Snapshot,
+    required: &Slots,
+    constraints: &[DeviceConstraint],
+) -> Result<(), Infeasible> {
+    let mut dims = dimensions::Builder::new(snapshot, [required]);
+    let named = dims.named(required);
+    let need = dims
+        .resolve(&named, constraints)
+        .map_err(|e| Infeasible::BadDevices(e.to_string()))?;
+    let dims = dims.finish(snapshot);
+    let admission = Admission::new(&dims.index, dims.standing_candidates(snapshot));
+    admission.check(&dims.index, &dims.need(&named, &need))
 }
 
 /// Candidate capacities reduced to those no other candidate dominates, so a check costs a few
@@ -82,9 +69,21 @@ impl Admission {
                 largest: Quantity::from_milli(*l),
             })
             .collect();
+        let named = index.names().len();
         if excess.is_empty() {
-            Err(Infeasible::NoSingleFit {
-                requested: index.slots(need),
+            let slots_fit = self
+                .frontier
+                .iter()
+                .any(|c| fits(&need[..named], &c[..named]));
+            Err(if slots_fit {
+                Infeasible::NoDevices {
+                    requested: index.slots(need),
+                    wanted: index.devices().describe(need),
+                }
+            } else {
+                Infeasible::NoSingleFit {
+                    requested: index.slots(need),
+                }
             })
         } else {
             Err(Infeasible::Exceeds(excess))
@@ -115,6 +114,7 @@ mod tests {
                         price_per_hour: 1.0,
                         max: *max,
                         labels: Default::default(),
+                        devices: Vec::new(),
                     })
                     .collect(),
             },
@@ -139,11 +139,13 @@ mod tests {
             external: false,
             drained_by_hand: false,
             idle_since: None,
+            devices: Vec::new(),
         }
     }
 
     fn check(s: &Snapshot, request: &str) -> Result<(), String> {
-        admit(s, &request.parse().unwrap()).map_err(|e| e.to_string())
+        let (slots, constraints) = crate::devices::parse_request(request).unwrap();
+        admit(s, &slots, &constraints).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -156,8 +158,12 @@ mod tests {
             ],
         );
         assert_eq!(
+            check(&s, "gpu=2"),
+            Err("gpu=2 requested; the largest agent or template offers gpu=1".into())
+        );
+        assert_eq!(
             check(&s, "gpu=1.5"),
-            Err("gpu=1.5 requested; the largest agent or template offers gpu=1".into())
+            Err("gpu=1.5: ask for whole devices (gpu=1, gpu=2, ...) or for a fraction of one device (gpu=0.5); a request is never split over devices".into())
         );
         assert_eq!(check(&s, "gpu=1,cpu=8"), Ok(()));
         assert_eq!(

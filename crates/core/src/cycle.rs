@@ -3,15 +3,19 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
-use crate::admission::{standing_candidates, Admission};
+use crate::admission::Admission;
 use crate::decisions::{
-    AgentDecision, Decisions, Launch, NoLaunch, Placement, Rejection, WaitReason, Waiting,
+    AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
+    Waiting,
 };
 use crate::dense::{self, SlotIndex, Vector};
+use crate::devices::{DeviceConstraint, DeviceGrant};
+use crate::dimensions::{self, Dimensions};
+use crate::ledger::DeviceNeed;
 use crate::model::{AgentState, Session, Timestamp};
 use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
-use crate::schedule::{self, FreeIndex, Outcome, Request};
-use crate::slots::Slots;
+use crate::schedule::{self, FreeIndex, Outcome, Placed, Request};
+use crate::slots::{Quantity, Slots};
 use crate::snapshot::Snapshot;
 
 /// Turns a snapshot into decisions. Deterministic: the same snapshot gives the same decisions.
@@ -30,18 +34,19 @@ pub fn cycle(s: &Snapshot) -> Decisions {
     decisions
 }
 
-/// What every step reads of the snapshot: the pending sessions, their required shares, and one
-/// slot index and one class per distinct request.
+/// What every step reads of the snapshot: the pending sessions, their required shares, the
+/// dense dimensions (slots and devices), and one class per distinct need.
 struct Pass<'a> {
     pending: Vec<&'a Session>,
     /// Per pending session: its required shares.
     required: Vec<Cow<'a, Slots>>,
     /// Sessions holding capacity, with their required shares.
     holding: Vec<(&'a Session, Cow<'a, Slots>)>,
-    index: SlotIndex,
-    /// Per pending session: its class (identical required shares).
-    classes: Vec<usize>,
-    /// Per class: its required shares.
+    dims: Dimensions,
+    /// Per pending session: its class (identical needs), or why what it asks of devices is
+    /// not a valid request.
+    classes: Vec<Result<usize, Infeasible>>,
+    /// Per class: what it needs.
     class_needs: Vec<Vector>,
 }
 
@@ -55,37 +60,69 @@ impl<'a> Pass<'a> {
             .filter(|x| x.state.holds_capacity())
             .map(|x| (x, s.required_shares_of(x)))
             .collect();
-        let index = SlotIndex::of(
-            s.agents
+        let mut dims = dimensions::Builder::new(
+            s,
+            required
                 .iter()
-                .flat_map(|a| [&a.capacity, &a.allocated])
-                .chain(s.group.templates.iter().map(|t| &t.slots))
-                .chain(required.iter().map(|r| &**r))
-                .chain(holding.iter().map(|(_, r)| &**r))
-                .chain([&s.group.policy.headroom]),
+                .chain(holding.iter().map(|(_, r)| r))
+                .map(|r| &**r),
         );
 
-        // Equivalence classes of identical required shares.
-        let mut class_of: HashMap<Vector, usize> = HashMap::new();
-        let mut class_needs: Vec<Vector> = Vec::new();
-        let classes: Vec<usize> = required
+        // Equivalence classes of identical needs: identical named requests under identical
+        // constraints are resolved once.
+        let mut class_of: HashMap<(Vector, &[DeviceConstraint]), Result<usize, Infeasible>> =
+            HashMap::new();
+        let mut named_needs: Vec<(Vector, DeviceNeed)> = Vec::new();
+        let classes: Vec<Result<usize, Infeasible>> = required
             .iter()
-            .map(|r| {
-                let v = index.vector(r);
-                *class_of.entry(v.clone()).or_insert_with(|| {
+            .zip(&pending)
+            .map(|(r, p)| {
+                let named = dims.named(r);
+                let key = (named, &p.constraints[..]);
+                if let Some(known) = class_of.get(&key) {
+                    return known.clone();
+                }
+                let class = dims
+                    .resolve(&key.0, key.1)
+                    .map(|need| {
+                        named_needs.push((key.0.clone(), need));
+                        named_needs.len() - 1
+                    })
+                    .map_err(|e| Infeasible::BadDevices(e.to_string()));
+                class_of.insert(key, class.clone());
+                class
+            })
+            .collect();
+        let dims = dims.finish(s);
+        // Classes whose named requests differ may still need the same: merged.
+        let mut merged: HashMap<Vector, usize> = HashMap::new();
+        let mut class_needs: Vec<Vector> = Vec::new();
+        let renumber: Vec<usize> = named_needs
+            .iter()
+            .map(|(named, need)| {
+                let v = dims.need(named, need);
+                *merged.entry(v.clone()).or_insert_with(|| {
                     class_needs.push(v);
                     class_needs.len() - 1
                 })
             })
             .collect();
+        let classes = classes
+            .into_iter()
+            .map(|c| c.map(|c| renumber[c]))
+            .collect();
         Pass {
             pending,
             required,
             holding,
-            index,
+            dims,
             classes,
             class_needs,
         }
+    }
+
+    fn index(&self) -> &SlotIndex {
+        &self.dims.index
     }
 }
 
@@ -104,17 +141,25 @@ struct Queue<'p> {
 /// Step 1: rejects, with the reason, the pending sessions that no agent and no launchable template
 /// could ever hold (one check per class), and puts the others in the sequencer's order.
 fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'p> {
-    let index = &pass.index;
-    let admission = Admission::new(index, standing_candidates(s).map(|c| index.vector(c)));
+    let index = pass.index();
+    let admission = Admission::new(index, pass.dims.standing_candidates(s));
     let verdicts: Vec<_> = pass
         .class_needs
         .iter()
         .map(|n| admission.check(index, n))
         .collect();
     let mut admitted: Vec<usize> = Vec::new();
+    let mut admitted_class: Vec<usize> = Vec::new();
     for (i, session) in pass.pending.iter().enumerate() {
-        match &verdicts[pass.classes[i]] {
-            Ok(()) => admitted.push(i),
+        let verdict = match &pass.classes[i] {
+            Ok(c) => verdicts[*c].as_ref().map(|()| *c),
+            Err(reason) => Err(reason),
+        };
+        match verdict {
+            Ok(c) => {
+                admitted.push(i);
+                admitted_class.push(c);
+            }
             Err(reason) => decisions.rejections.push(Rejection {
                 session: session.id.clone(),
                 reason: reason.clone(),
@@ -122,16 +167,17 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
         }
     }
     let sessions: Vec<&Session> = admitted.iter().map(|&i| pass.pending[i]).collect();
-    let needs: Vec<Vector> = admitted
+    let needs: Vec<Vector> = admitted_class
         .iter()
-        .map(|&i| pass.class_needs[pass.classes[i]].clone())
+        .map(|&c| pass.class_needs[c].clone())
         .collect();
     let order = queue_order(s, pass, &sessions, &needs);
     let requests: Vec<Request> = admitted
         .iter()
-        .map(|&i| Request {
-            need: &pass.class_needs[pass.classes[i]],
-            class: pass.classes[i],
+        .zip(&admitted_class)
+        .map(|(&i, &c)| Request {
+            need: &pass.class_needs[c],
+            class: c,
             blocked_passes: pass.pending[i].blocked_passes,
         })
         .collect();
@@ -145,17 +191,19 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
 }
 
 /// The sequencer's order of the admitted sessions (DRF counts what each owner holds against the
-/// group's capacity).
+/// group's capacity, over the named slots: a device's whole or fraction dimensions are not
+/// amounts, and its shares are in the `gpu` slot already).
 fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[Vector]) -> Vec<usize> {
-    let index = &pass.index;
+    let index = pass.index();
+    let named = index.names().len();
     let mut usage: BTreeMap<&str, Vector> = BTreeMap::new();
     for (x, r) in &pass.holding {
         let u = usage
             .entry(x.owner.as_str())
-            .or_insert_with(|| vec![0; index.len()].into_boxed_slice());
+            .or_insert_with(|| vec![0; named].into_boxed_slice());
         dense::add(u, &index.vector(r));
     }
-    let mut total = vec![0u64; index.len()];
+    let mut total = vec![0u64; named];
     for a in s
         .agents
         .iter()
@@ -172,8 +220,8 @@ struct Scaled {
     free: Vec<Vector>,
     /// Per agent: takes sessions before this pass's scaling decisions.
     open: Vec<bool>,
-    /// Per admitted session: where the trial placed it.
-    trial: Vec<Outcome>,
+    /// Per admitted session: where the trial placed it, and on which devices.
+    trial: Placed,
     /// Admitted sessions the trial found no room for, in queue order.
     unmet: Vec<usize>,
     plan: ScalePlan,
@@ -183,24 +231,20 @@ struct Scaled {
 /// behind a blocked session, and has the group's policy plan launches, unmarks, marks and
 /// terminations against what that leaves unmet.
 fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) -> Scaled {
-    let index = &pass.index;
+    let index = pass.index();
     let free: Vec<Vector> = s
         .agents
         .iter()
-        .map(|a| {
-            let (cap, alloc) = (index.vector(&a.capacity), index.vector(&a.allocated));
-            cap.iter()
-                .zip(alloc.iter())
-                .map(|(c, u)| c.saturating_sub(*u))
-                .collect()
-        })
+        .enumerate()
+        .map(|(i, a)| pass.dims.agent_free(i, a))
         .collect();
     let open: Vec<bool> = s
         .agents
         .iter()
         .map(|a| a.state == AgentState::Alive)
         .collect();
-    let mut placing = FreeIndex::new(index.len(), free.clone(), open.clone());
+    let mut placing = FreeIndex::new(index.len(), free.clone(), open.clone())
+        .with_devices(index.devices(), pass.dims.agent_ledgers.clone());
     let trial = schedule::place(
         &s.group.scheduler,
         &queue.requests,
@@ -215,7 +259,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
     // kept for held sessions could block the head forever, with the group at max_nodes).
     let mut used = vec![false; s.agents.len()];
     for &k in &queue.order {
-        match trial[k] {
+        match trial.outcomes[k] {
             Outcome::Placed { agent } => used[agent] = true,
             Outcome::NoRoom if config.holds_queue(queue.requests[k].blocked_passes) => break,
             _ => {}
@@ -225,7 +269,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .order
         .iter()
         .copied()
-        .filter(|&k| trial[k] == Outcome::NoRoom)
+        .filter(|&k| trial.outcomes[k] == Outcome::NoRoom)
         .collect();
     let held_from = unmet
         .iter()
@@ -242,10 +286,13 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
     let trial_free: Vec<Vector> = (0..s.agents.len())
         .map(|a| placing.free(a).into())
         .collect();
+    let trial_ledgers = placing.ledgers();
     let plan = policy_for(s.group.policy.kind).plan(&ScaleInput {
         snapshot: s,
         index,
+        dims: &pass.dims,
         free: &trial_free,
+        ledgers: &trial_ledgers,
         used: &used,
         unmet: &unmet_needs,
         arrived: &arrived,
@@ -301,7 +348,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
         && unmet
             .iter()
             .all(|&k| !config.holds_queue(queue.requests[k].blocked_passes));
-    let outcomes = if trial_stands {
+    let placed = if trial_stands {
         trial
     } else {
         for m in &plan.marks {
@@ -310,7 +357,8 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
         for u in &plan.unmarks {
             open[u.agent] = true;
         }
-        let mut placing = FreeIndex::new(pass.index.len(), free, open);
+        let mut placing = FreeIndex::new(pass.index().len(), free, open)
+            .with_devices(pass.index().devices(), pass.dims.agent_ledgers.clone());
         schedule::place(
             config,
             &queue.requests,
@@ -326,11 +374,23 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
     }
     for &k in &queue.order {
         let session = queue.sessions[k];
-        match outcomes[k] {
+        match placed.outcomes[k] {
             Outcome::Placed { agent } => decisions.placements.push(Placement {
                 session: session.id.clone(),
                 agent: s.agents[agent].id.clone(),
                 slots: pass.required[queue.admitted[k]].clone().into_owned(),
+                devices: placed.grants[k]
+                    .iter()
+                    .map(|g| {
+                        let (id, kind) = pass.dims.layout().device_id(&s.agents[agent], g.device);
+                        DeviceGrant {
+                            id,
+                            kind,
+                            share: Quantity::from_milli(g.share),
+                            memory: Quantity::from_milli(g.memory),
+                        }
+                    })
+                    .collect(),
             }),
             Outcome::HeldBehind { blocker } => decisions.waiting.push(Waiting {
                 session: session.id.clone(),

@@ -50,6 +50,8 @@ pub struct Placement {
     pub agent: AgentId,
     /// The required shares the session takes on the agent.
     pub slots: Slots,
+    /// The devices it takes there, by id.
+    pub devices: Vec<crate::devices::DeviceGrant>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -68,6 +70,15 @@ pub enum Infeasible {
     Exceeds(Vec<Excess>),
     /// Each slot fits somewhere, but no single agent or template holds all of them together.
     NoSingleFit { requested: Slots },
+    /// The slots fit, but no agent or template has the devices asked for (their number, a
+    /// device with that much free at once, or their model and memory).
+    NoDevices {
+        requested: Slots,
+        /// What was asked of devices, in people's words.
+        wanted: Vec<String>,
+    },
+    /// What it asks of devices is not a request devices can serve (`gpu=1.5`).
+    BadDevices(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +124,12 @@ impl fmt::Display for Infeasible {
                     "{requested} requested; no single agent or template offers all of it at once"
                 )
             }
+            Infeasible::NoDevices { requested, wanted } => write!(
+                f,
+                "{requested} requested; no agent or template of the group has {}",
+                wanted.join(" and ")
+            ),
+            Infeasible::BadDevices(why) => f.write_str(why),
         }
     }
 }

@@ -1,44 +1,74 @@
 //! Dense slot vectors for the hot loops: one fixed order of slot names per pass, so that a fit
 //! check is a walk over a few integers instead of map look-ups.
 
+use std::collections::BTreeSet;
+
+use crate::ledger::DeviceLayout;
 use crate::slots::{Quantity, SlotName, Slots};
 
 /// A dense vector of thousandths, in the order of a [`SlotIndex`].
 pub type Vector = Box<[u64]>;
 
-/// The slot names seen in one snapshot, in a fixed (sorted) order.
+/// The slot names seen in one snapshot, in a fixed (sorted) order, then the dimensions of its
+/// devices ([`DeviceLayout`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlotIndex {
     names: Vec<SlotName>,
+    devices: DeviceLayout,
 }
 
 impl SlotIndex {
     /// The union of the names of all the given sets.
     pub fn of<'a>(sets: impl IntoIterator<Item = &'a Slots>) -> Self {
-        // Borrowed while sorting: a pass sees the same few names thousands of times.
-        let mut names: Vec<&SlotName> = sets.into_iter().flat_map(|s| s.names()).collect();
-        names.sort_unstable();
-        names.dedup();
+        // A pass sees the same few names hundreds of thousands of times: a look-up in the few
+        // seen so far costs less than sorting them all.
+        let mut names: BTreeSet<&SlotName> = BTreeSet::new();
+        for name in sets.into_iter().flat_map(|s| s.names()) {
+            if !names.contains(name) {
+                names.insert(name);
+            }
+        }
         SlotIndex {
             names: names.into_iter().cloned().collect(),
+            devices: DeviceLayout::default(),
         }
     }
 
+    /// With `names` added (kept sorted); before any device layout is set.
+    pub fn with_names(mut self, names: impl IntoIterator<Item = SlotName>) -> Self {
+        self.names.extend(names);
+        self.names.sort_unstable();
+        self.names.dedup();
+        self
+    }
+
+    /// With the devices' dimensions after the names: `devices` must start at `self.names().len()`.
+    pub fn with_devices(mut self, devices: DeviceLayout) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    pub fn devices(&self) -> &DeviceLayout {
+        &self.devices
+    }
+
+    /// Dimensions of a vector: the named slots, then the devices'.
     pub fn len(&self) -> usize {
-        self.names.len()
+        self.names.len() + self.devices.dims()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        self.len() == 0
     }
 
     pub fn names(&self) -> &[SlotName] {
         &self.names
     }
 
-    /// The dense form of `slots`; every name of `slots` must be in the index.
+    /// The dense form of `slots` (device dimensions 0); every name of `slots` must be in the
+    /// index.
     pub fn vector(&self, slots: &Slots) -> Vector {
-        let mut v = vec![0u64; self.names.len()].into_boxed_slice();
+        let mut v = vec![0u64; self.len()].into_boxed_slice();
         // Both are in name order: one walk, an equality test a step (the hot loop of a pass).
         let mut i = 0;
         for (name, q) in slots.iter() {
@@ -56,7 +86,7 @@ impl SlotIndex {
         v
     }
 
-    /// Back to named slots.
+    /// Back to named slots (device dimensions are left out).
     pub fn slots(&self, v: &[u64]) -> Slots {
         let pairs = self
             .names
@@ -73,7 +103,8 @@ pub fn fits(need: &[u64], free: &[u64]) -> bool {
     need.iter().zip(free).all(|(n, f)| n <= f)
 }
 
-/// `free -= need`; the caller has checked that it fits.
+/// `free -= need`; the caller has checked that it fits (device dimensions, which are not
+/// amounts, are recomputed from a ledger instead: see `FreeIndex::take`).
 #[inline]
 pub fn take(free: &mut [u64], need: &[u64]) {
     for (f, n) in free.iter_mut().zip(need) {

@@ -5,7 +5,10 @@ pub mod admission;
 pub mod cycle;
 pub mod decisions;
 pub mod dense;
+pub mod devices;
+pub mod dimensions;
 pub mod governor;
+pub mod ledger;
 pub mod model;
 #[cfg(feature = "openapi")]
 pub mod openapi;
@@ -23,6 +26,7 @@ pub mod workload;
 
 pub use cycle::cycle;
 pub use decisions::*;
+pub use devices::{Device, DeviceConstraint, DeviceGrant, DeviceSet};
 pub use governor::{Governor, LaunchLimit, LaunchSettings};
 pub use model::*;
 pub use slots::{Quantity, Share, SlotError, SlotName, Slots};

@@ -5,6 +5,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::devices::{Device, DeviceConstraint, DeviceGrant, DeviceSet};
 use crate::slots::Slots;
 
 /// Milliseconds since the Unix epoch. The core never reads a clock: time is always an argument.
@@ -277,6 +278,10 @@ pub struct InstanceTemplate {
     pub max: u32,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The devices each instance brings, one by one (a kind given only as a number in `slots`
+    /// is that many whole devices of an unknown model).
+    #[serde(default)]
+    pub devices: Vec<DeviceSet>,
 }
 
 /// A named pool of agents, its policy, its templates and its scheduler.
@@ -342,6 +347,10 @@ pub struct Agent {
     /// When it last became idle (nothing allocated); `None` while busy.
     #[serde(default)]
     pub idle_since: Option<Timestamp>,
+    /// Its devices one by one, with what sessions hold of each (a kind given only as a number
+    /// in `capacity` is that many whole devices of an unknown model).
+    #[serde(default)]
+    pub devices: Vec<Device>,
 }
 
 impl Agent {
@@ -423,6 +432,12 @@ pub struct Session {
     /// Passes it has waited at the head of the queue (for backfill's `skip_after`).
     #[serde(default)]
     pub blocked_passes: u32,
+    /// Which devices of a kind it accepts (model, least memory).
+    #[serde(default)]
+    pub constraints: Vec<DeviceConstraint>,
+    /// The devices it holds, once placed.
+    #[serde(default)]
+    pub devices: Vec<DeviceGrant>,
 }
 
 /// A container image and the least it needs to run.

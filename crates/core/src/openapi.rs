@@ -196,6 +196,15 @@ crate::schema_type!(
     })
 );
 
+crate::schema_type!(
+    /// One amount as the server prints it (a device's memory or share).
+    AmountOut = json!({
+        "description": "An amount as the server prints it: canonical, as a string",
+        "type": "string",
+        "pattern": r"^[0-9]+(?:\.[0-9]{1,3})?(?:[KMGTP]iB)?$"
+    })
+);
+
 /// What the manager's `names.rs` accepts as the name of a group, agent, template or user.
 pub const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$";
 
@@ -205,6 +214,48 @@ crate::schema_type!(
         "type": "string",
         "pattern": NAME_PATTERN,
         "description": "1-64 letters, digits, '.', '_', '-' or ':', starting with a letter or digit"
+    })
+);
+
+crate::schema_type!(
+    /// A slot name, such as a device kind (`gpu`).
+    SlotNameText = json!({"type": "string", "pattern": format!("^{SLOT_NAME}$")})
+);
+
+crate::schema_type!(
+    /// A device's id on its host (`devices::check_devices`).
+    DeviceId = json!({
+        "type": "string", "minLength": 1, "maxLength": 128,
+        "pattern": "^[^,\\u0000-\\u001f\\u007f-\\u009f]+$",
+        "description": "1 to 128 characters, no comma or control character"
+    })
+);
+
+crate::schema_type!(
+    /// A device model name (`NVIDIA A100-SXM4-80GB`); empty when unknown.
+    ModelName = json!({
+        "type": "string", "maxLength": 128,
+        "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]*$"
+    })
+);
+
+crate::schema_type!(
+    /// A model pattern of a device constraint (`devices::check_request`).
+    ModelPattern = json!({
+        "type": "string", "maxLength": 128,
+        "pattern": "^[A-Za-z0-9 _.:/()+*?-]*[A-Za-z0-9_.:/()+*?-][A-Za-z0-9 _.:/()+*?-]*$",
+        "description": "letters, digits, spaces and -_.:/()+, with * (any characters) and ? \
+            (one) as wildcards, not only spaces"
+    })
+);
+
+crate::schema_type!(
+    /// How much of one device a device is: above 0, at most 1.
+    DeviceShare = json!({
+        "oneOf": [
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1, "multipleOf": 0.001},
+            {"type": "string", "pattern": "^0*(?:1(?:\\.0*)?|0?\\.[0-9]{0,2}[1-9]0*)$"}
+        ]
     })
 );
 

@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use crate::admission::Admission;
 use crate::decisions::{NoLaunch, WaitReason};
 use crate::dense::{self, fits, SlotIndex, Vector};
+use crate::dimensions::Dimensions;
+use crate::ledger::Ledger;
 use crate::model::{AgentState, PlacementStrategy, PolicyKind, Timestamp};
 use crate::planner::{self, DemandClass, Offer, Pack};
 use crate::schedule::FreeIndex;
@@ -15,8 +17,12 @@ use crate::snapshot::Snapshot;
 pub struct ScaleInput<'a> {
     pub snapshot: &'a Snapshot,
     pub index: &'a SlotIndex,
+    /// The snapshot's agents and templates in dense form (`index` is its index).
+    pub dims: &'a Dimensions,
     /// Per agent (as in `snapshot.agents`): free capacity after the trial placement.
     pub free: &'a [Vector],
+    /// Per agent: what its devices have free after the trial placement.
+    pub ledgers: &'a [Ledger],
     /// Per agent: the trial placed something on it.
     pub used: &'a [bool],
     /// Admitted sessions the trial found no room for, in queue order: (required shares, class).
@@ -137,8 +143,9 @@ impl LiveAgents {
                 .snapshot
                 .agents
                 .iter()
-                .filter(|a| a.state == AgentState::Alive)
-                .map(|a| index.vector(&a.capacity));
+                .enumerate()
+                .filter(|(_, a)| a.state == AgentState::Alive)
+                .map(|(i, a)| input.dims.agent_capacity(i, a));
             Admission::new(index, live)
         });
         let holds = admission.check(index, need).is_ok();
@@ -152,16 +159,16 @@ impl LiveAgents {
 fn unavailable(input: &ScaleInput, k: usize) -> NoLaunch {
     const NAMED: usize = 3;
     let need = input.unmet[k].0;
-    let index = input.index;
     let holders: Vec<String> = input
         .snapshot
         .agents
         .iter()
-        .filter(|a| {
+        .enumerate()
+        .filter(|(i, a)| {
             matches!(a.state, AgentState::Marked | AgentState::Lost)
-                && fits(need, &index.vector(&a.capacity))
+                && fits(need, &input.dims.agent_capacity(*i, a))
         })
-        .map(|a| {
+        .map(|(_, a)| {
             let state = match a.state {
                 AgentState::Marked if a.drained_by_hand => "drained",
                 AgentState::Marked => "marked for scale-in",
@@ -199,7 +206,8 @@ impl ScalingLogic for Demand {
             .group
             .templates
             .iter()
-            .map(|t| input.index.vector(&t.slots))
+            .enumerate()
+            .map(|(i, t)| input.dims.template(i, t))
             .collect();
 
         // 1. Instances already launching are capacity: demand that fits them waits for them.
@@ -276,6 +284,7 @@ fn wait_for_in_flight(
     let templates = &s.group.templates;
     let mut bins: Vec<Vector> = Vec::new();
     let mut bin_template: Vec<usize> = Vec::new();
+    let mut bin_ledgers: Vec<Ledger> = Vec::new();
     let mut per_template = vec![0u32; templates.len()];
     let mut unbinned = vec![0u64; input.index.len()];
     for f in &s.in_flight {
@@ -287,6 +296,7 @@ fn wait_for_in_flight(
             let binned = count.min(u32::try_from(input.unmet.len()).unwrap_or(u32::MAX));
             for _ in 0..binned {
                 bins.push(template_slots[t].clone());
+                bin_ledgers.push(input.dims.template_ledgers[t].clone());
                 bin_template.push(t);
             }
             // Saturating: a sum this large already covers any headroom.
@@ -296,7 +306,8 @@ fn wait_for_in_flight(
             }
         }
     }
-    let mut launching = FreeIndex::new(input.index.len(), bins, vec![true; bin_template.len()]);
+    let mut launching = FreeIndex::new(input.index.len(), bins, vec![true; bin_template.len()])
+        .with_devices(input.index.devices(), bin_ledgers);
     let mut rest = Vec::new();
     for (k, &(need, _)) in input.unmet.iter().enumerate() {
         match launching.find(need, PlacementStrategy::Binpack) {
@@ -337,7 +348,8 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
         .iter()
         .map(|a| a.state == AgentState::Marked && !a.drained_by_hand)
         .collect();
-    let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone());
+    let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone())
+        .with_devices(input.index.devices(), input.ledgers.to_vec());
     let mut unmarked = vec![false; s.agents.len()];
     rest.retain(|&k| {
         if k >= input.held_from {
@@ -522,7 +534,14 @@ fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
             if let Some(limit) = s.launch_limits.get(&tpl.name) {
                 available = available.min(limit.allowed);
             }
-            Offer::of(tpl, input.index, available)
+            Offer {
+                slots: input
+                    .index
+                    .devices()
+                    .planning_capacity(&input.dims.template(t, tpl)),
+                price_per_hour: tpl.price_per_hour,
+                available,
+            }
         })
         .collect()
 }
@@ -547,7 +566,7 @@ fn launch_for_demand(
         if class_pos[class] == usize::MAX {
             class_pos[class] = classes.len();
             classes.push(DemandClass {
-                need: need.into(),
+                need: input.index.devices().planning_need(need),
                 count: 0,
             });
             members.push(Vec::new());

@@ -9,6 +9,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 
 use crate::dense::{self, fits, Vector};
+use crate::ledger::{DeviceLayout, Grant, Ledger};
 use crate::model::{PlacementStrategy, SchedulerConfig, Sequencer, Session};
 use crate::slots::Share;
 
@@ -128,20 +129,33 @@ fn drf_order(
 pub struct FreeIndex {
     free: Vec<Vector>,
     open: Vec<bool>,
-    by_slot: Vec<BTreeSet<(u64, u32)>>,
+    /// Per slot, the open agents by free amount: made the first time a search is keyed on the
+    /// slot (most passes key on a few of their slots), kept up to date after.
+    by_slot: Vec<Option<BTreeSet<(u64, u32)>>>,
     /// Per slot, the most any agent has: scales requests when choosing the slot to search by.
     biggest: Vector,
+    /// The agents' devices, when the vectors have device dimensions.
+    devices: Option<Box<Devices>>,
+    /// Reused by `take`, which computes an agent's free capacity after a placement.
+    scratch: Vec<u64>,
+}
+
+/// Which device of each agent holds what: the device dimensions of the free vectors are their
+/// summary, recomputed when a placement takes devices.
+#[derive(Debug, Clone)]
+struct Devices {
+    layout: DeviceLayout,
+    ledgers: Vec<Ledger>,
 }
 
 impl FreeIndex {
     /// `free[i]` is agent i's free capacity over `dims` slots; only agents with `open[i]` receive
     /// sessions.
     pub fn new(dims: usize, free: Vec<Vector>, open: Vec<bool>) -> Self {
-        let mut by_slot = vec![BTreeSet::new(); dims];
+        let by_slot = vec![None; dims];
         let mut biggest = vec![0u64; dims].into_boxed_slice();
-        for (i, f) in free.iter().enumerate().filter(|(i, _)| open[*i]) {
+        for (_, f) in free.iter().enumerate().filter(|(i, _)| open[*i]) {
             for d in 0..dims {
-                by_slot[d].insert((f[d], i as u32));
                 biggest[d] = biggest[d].max(f[d]);
             }
         }
@@ -150,11 +164,54 @@ impl FreeIndex {
             open,
             by_slot,
             biggest,
+            devices: None,
+            scratch: Vec::new(),
         }
+    }
+
+    /// With the agents' device ledgers (one per agent, as `free`), which the device dimensions
+    /// of `free` summarise under `layout`. Without device dimensions, nothing changes.
+    pub fn with_devices(mut self, layout: &DeviceLayout, ledgers: Vec<Ledger>) -> Self {
+        if layout.dims() > 0 {
+            self.devices = Some(Box::new(Devices {
+                layout: layout.clone(),
+                ledgers,
+            }));
+        }
+        self
     }
 
     pub fn free(&self, agent: usize) -> &[u64] {
         &self.free[agent]
+    }
+
+    /// The agent's devices and what is free on each, when the index has devices.
+    pub fn ledger(&self, agent: usize) -> Option<&Ledger> {
+        self.devices.as_ref().map(|d| &d.ledgers[agent])
+    }
+
+    /// Every agent's ledger (empty ones without devices).
+    pub fn ledgers(&self) -> Vec<Ledger> {
+        match &self.devices {
+            Some(d) => d.ledgers.clone(),
+            None => vec![Ledger::default(); self.free.len()],
+        }
+    }
+
+    /// Whether the summary alone decides for `need` (else the agent's devices are looked at).
+    fn exact(&self, need: &[u64]) -> bool {
+        self.devices.as_ref().is_none_or(|d| d.layout.exact(need))
+    }
+
+    /// Whether agent `i` holds `need`: its free capacity, and, where the summary cannot tell,
+    /// its devices.
+    fn holds(&self, i: usize, need: &[u64], exact: bool) -> bool {
+        fits(need, &self.free[i])
+            && (exact
+                || self
+                    .devices
+                    .as_ref()
+                    .is_some_and(|d| d.ledgers[i].can_hold(&d.layout, need)))
     }
 
     pub fn is_open(&self, agent: usize) -> bool {
@@ -166,14 +223,16 @@ impl FreeIndex {
         if !self.open[agent] {
             self.open[agent] = true;
             for (d, tree) in self.by_slot.iter_mut().enumerate() {
-                tree.insert((self.free[agent][d], agent as u32));
+                if let Some(tree) = tree {
+                    tree.insert((self.free[agent][d], agent as u32));
+                }
                 self.biggest[d] = self.biggest[d].max(self.free[agent][d]);
             }
         }
     }
 
     /// The agent `need` goes to under `placement`, if any has room.
-    pub fn find(&self, need: &[u64], placement: PlacementStrategy) -> Option<usize> {
+    pub fn find(&mut self, need: &[u64], placement: PlacementStrategy) -> Option<usize> {
         self.search(need, placement, None).map(|(agent, _)| agent)
     }
 
@@ -181,7 +240,7 @@ impl FreeIndex {
     /// past did not fit, and capacity only shrinks during a pass, so they need not be walked
     /// again. Returns the agent and where to resume next time.
     fn search(
-        &self,
+        &mut self,
         need: &[u64],
         placement: PlacementStrategy,
         resume: Option<Cursor>,
@@ -191,15 +250,24 @@ impl FreeIndex {
             let agent = self.open.iter().position(|&o| o)?;
             return Some((agent, Cursor::default()));
         };
-        let tree = &self.by_slot[key];
+        if self.by_slot[key].is_none() {
+            let tree = (0..self.free.len())
+                .filter(|&i| self.open[i])
+                .map(|i| (self.free[i][key], i as u32))
+                .collect();
+            self.by_slot[key] = Some(tree);
+        }
+        let this = &*self;
+        let tree = this.by_slot[key].as_ref().expect("made above");
         let from = (need[key], 0u32);
-        let fitting = |&&(_, i): &&(u64, u32)| fits(need, &self.free[i as usize]);
+        let exact = this.exact(need);
+        let fitting = |&&(_, i): &&(u64, u32)| this.holds(i as usize, need, exact);
         let found = match (placement, resume) {
             // Best fit on the scarcest slot of the request: fill the fullest agent first.
             (PlacementStrategy::Binpack, None) => tree.range(from..).find(fitting),
             (PlacementStrategy::Binpack, Some(c)) => {
                 let last = c.agent as usize;
-                if self.open[last] && fits(need, &self.free[last]) {
+                if this.open[last] && this.holds(last, need, exact) {
                     return Some((last, c));
                 }
                 let start = c.position.max(from);
@@ -227,16 +295,38 @@ impl FreeIndex {
         })
     }
 
-    /// Takes `need` from the agent's free capacity.
-    pub fn take(&mut self, agent: usize, need: &[u64]) {
-        for (d, &n) in need.iter().enumerate() {
-            if n > 0 {
-                let old = self.free[agent][d];
-                self.by_slot[d].remove(&(old, agent as u32));
-                self.by_slot[d].insert((old - n, agent as u32));
+    /// Takes `need` from the agent's free capacity, and its device part from the agent's
+    /// devices: returns the devices taken. The caller has checked that it holds it.
+    pub fn take(&mut self, agent: usize, need: &[u64]) -> Vec<Grant> {
+        let mut after = std::mem::take(&mut self.scratch);
+        after.clear();
+        after.extend_from_slice(&self.free[agent]);
+        let named = self
+            .devices
+            .as_ref()
+            .map_or(need.len(), |d| d.layout.offset());
+        dense::take(&mut after[..named], &need[..named]);
+        let mut grants = Vec::new();
+        if let Some(d) = &mut self.devices {
+            if need[named..].iter().any(|&n| n > 0) {
+                grants = d.ledgers[agent]
+                    .take(&d.layout, need)
+                    .expect("a session is placed only where its devices fit");
+                d.layout.write_free(&d.ledgers[agent], &mut after);
             }
         }
-        dense::take(&mut self.free[agent], need);
+        let free = &mut self.free[agent];
+        for (d, (old, &new)) in free.iter_mut().zip(after.iter()).enumerate() {
+            if *old != new {
+                if let (true, Some(tree)) = (self.open[agent], &mut self.by_slot[d]) {
+                    tree.remove(&(*old, agent as u32));
+                    tree.insert((new, agent as u32));
+                }
+                *old = new;
+            }
+        }
+        self.scratch = after;
+        grants
     }
 
     /// The requested slot that is largest relative to the biggest agent: the one that rules out
@@ -282,6 +372,14 @@ pub struct Request<'a> {
     pub blocked_passes: u32,
 }
 
+/// What [`place`] decided, per request (indexed like `requests`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    pub outcomes: Vec<Outcome>,
+    /// The devices each placed request takes on its agent (none for the others).
+    pub grants: Vec<Vec<Grant>>,
+}
+
 /// Places requests in `order`; returns an outcome per request (indexed like `requests`).
 ///
 /// With `hold` false, head-of-line blocking is ignored (the trial placement that measures unmet
@@ -293,8 +391,9 @@ pub fn place(
     classes: usize,
     index: &mut FreeIndex,
     hold: bool,
-) -> Vec<Outcome> {
+) -> Placed {
     let mut outcomes = vec![Outcome::NoRoom; requests.len()];
+    let mut grants = vec![Vec::new(); requests.len()];
     let mut class_full = vec![false; classes];
     let mut cursors: Vec<Option<Cursor>> = vec![None; classes];
     let mut blocker: Option<usize> = None;
@@ -312,7 +411,7 @@ pub fn place(
         match found {
             Some((agent, cursor)) => {
                 cursors[r.class] = Some(cursor);
-                index.take(agent, r.need);
+                grants[i] = index.take(agent, r.need);
                 outcomes[i] = Outcome::Placed { agent };
             }
             None => {
@@ -323,7 +422,7 @@ pub fn place(
             }
         }
     }
-    outcomes
+    Placed { outcomes, grants }
 }
 
 #[cfg(test)]
@@ -348,6 +447,8 @@ mod tests {
             state: Default::default(),
             agent: None,
             blocked_passes: 0,
+            constraints: Vec::new(),
+            devices: Vec::new(),
         }
     }
 
@@ -399,12 +500,12 @@ mod tests {
 
     #[test]
     fn binpack_fills_the_fullest_agent_and_spread_the_emptiest() {
-        let idx = index(&[&[4, 0], &[2, 0], &[8, 0]]);
+        let mut idx = index(&[&[4, 0], &[2, 0], &[8, 0]]);
         assert_eq!(idx.find(&[2, 0], PlacementStrategy::Binpack), Some(1));
         assert_eq!(idx.find(&[2, 0], PlacementStrategy::Spread), Some(2));
         assert_eq!(idx.find(&[9, 0], PlacementStrategy::Binpack), None);
         // The key slot is gpu (scarcest); the agent with enough gpu but too little cpu is skipped.
-        let idx = index(&[&[1, 4], &[8, 4], &[8, 8]]);
+        let mut idx = index(&[&[1, 4], &[8, 4], &[8, 8]]);
         assert_eq!(idx.find(&[2, 4], PlacementStrategy::Binpack), Some(1));
     }
 
@@ -445,7 +546,8 @@ mod tests {
             3,
             &mut index(&[&[8]]),
             true,
-        );
+        )
+        .outcomes;
         assert_eq!(
             out,
             [
@@ -462,7 +564,8 @@ mod tests {
             3,
             &mut index(&[&[8]]),
             false,
-        );
+        )
+        .outcomes;
         assert_eq!(out[2], Outcome::Placed { agent: 0 });
     }
 
@@ -481,7 +584,8 @@ mod tests {
             2,
             &mut index(&[&[8]]),
             true,
-        );
+        )
+        .outcomes;
         assert_eq!(out[1], Outcome::HeldBehind { blocker: 0 });
         let out = place(
             &cfg,
@@ -490,7 +594,8 @@ mod tests {
             2,
             &mut index(&[&[8]]),
             true,
-        );
+        )
+        .outcomes;
         assert_eq!(out[1], Outcome::Placed { agent: 0 });
     }
 
@@ -513,7 +618,8 @@ mod tests {
             1,
             &mut idx,
             true,
-        );
+        )
+        .outcomes;
         assert_eq!(
             out.iter()
                 .filter(|o| matches!(o, Outcome::Placed { .. }))

@@ -76,8 +76,9 @@ impl SlotName {
 
     /// Byte-valued slots print with binary units (`4GiB`).
     pub fn is_bytes(&self) -> bool {
+        // `mem`, `disk`, `mem.local`; and a device's memory, `gpu.mem`.
         let base = self.0.split('.').next().unwrap_or_default();
-        base == "mem" || base == "disk"
+        base == "mem" || base == "disk" || self.0.ends_with(".mem")
     }
 }
 
@@ -488,7 +489,7 @@ impl<'de> Visitor<'de> for SlotsVisitor {
 }
 
 /// An amount as written: a string, or a JSON number kept as its decimal text.
-struct AmountText(String);
+pub(crate) struct AmountText(pub(crate) String);
 
 impl<'de> Deserialize<'de> for AmountText {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

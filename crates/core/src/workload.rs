@@ -69,6 +69,7 @@ pub fn catalog(max: u32) -> Vec<InstanceTemplate> {
             price_per_hour: price,
             max,
             labels: Default::default(),
+            devices: Vec::new(),
         })
         .collect()
 }
@@ -97,6 +98,8 @@ pub fn sessions(n: usize, rng: &mut Rng) -> Vec<Session> {
                 state: SessionState::Pending,
                 agent: None,
                 blocked_passes: 0,
+                constraints: Vec::new(),
+                devices: Vec::new(),
             }
         })
         .collect()
@@ -122,6 +125,7 @@ pub fn agents(n: usize, templates: &[InstanceTemplate], rng: &mut Rng) -> Vec<Ag
                 external: false,
                 drained_by_hand: false,
                 idle_since: Some(Timestamp(0)),
+                devices: Vec::new(),
             }
         })
         .collect()
@@ -181,4 +185,119 @@ pub fn demand_of(s: &Snapshot) -> (Vec<DemandClass>, Vec<Offer>) {
         .map(|t| Offer::of(t, &index, t.max))
         .collect();
     (classes, offers)
+}
+
+/// The two GPU models of [`gpu_snapshot`].
+pub const GPU_MODELS: [&str; 2] = ["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"];
+
+/// A fixed group of `agents_n` agents of 8 GPUs each (half A100, half H100, 80 GiB each; 96 cpu,
+/// 1 TiB) and `sessions_n` pending GPU sessions: 40% whole devices (1, 2, 4 or 8), 60% a
+/// fraction of one (0.1 to 0.5, a third of them with 10 GiB of its memory), half of all
+/// constrained to one model.
+pub fn gpu_snapshot(agents_n: usize, sessions_n: usize, seed: u64) -> Snapshot {
+    let mut rng = Rng::new(seed);
+    let agents = (0..agents_n)
+        .map(|i| {
+            let model = GPU_MODELS[i % 2];
+            let devices = (0..8)
+                .map(|j| {
+                    crate::devices::Device::new(
+                        &format!("GPU-{i:05}-{j}"),
+                        "gpu",
+                        model,
+                        Quantity::from_milli(80 * GIB * 1000),
+                    )
+                    .expect("gpu is a device kind")
+                })
+                .collect();
+            Agent {
+                id: AgentId(format!("a{i:05}")),
+                group: "bench".into(),
+                template: None,
+                capacity: slots(96, 1024, 8)
+                    .checked_add(&format!("gpu.mem={}GiB", 8 * 80).parse().expect("slots"))
+                    .expect("no overflow"),
+                allocated: Slots::new(),
+                state: AgentState::Alive,
+                labels: Default::default(),
+                external: false,
+                drained_by_hand: false,
+                idle_since: Some(Timestamp(0)),
+                devices,
+            }
+        })
+        .collect();
+    let sessions = (0..sessions_n)
+        .map(|i| {
+            let mut text = if rng.below(10) < 4 {
+                format!("cpu=8,mem=64GiB,gpu={}", rng.pick(&[1, 1, 2, 4, 8]))
+            } else {
+                let tenths = 1 + rng.below(5);
+                let mut t = format!("cpu=2,mem=16GiB,gpu=0.{tenths}");
+                if rng.below(3) == 0 {
+                    t.push_str(",gpu.mem=10GiB");
+                }
+                t
+            };
+            if rng.below(2) == 0 {
+                text.push_str(if rng.below(2) == 0 {
+                    ",gpu.model=A100*"
+                } else {
+                    ",gpu.model=H100*"
+                });
+            }
+            let (request, constraints) =
+                crate::devices::parse_request(&text).expect("a valid request");
+            Session {
+                id: SessionId(format!("s{i:06}")),
+                group: "bench".into(),
+                owner: format!("user{}", rng.below(8)),
+                priority: 0,
+                request,
+                image: None,
+                kind: SessionType::Batch,
+                submitted_at: Timestamp(i as i64),
+                state: SessionState::Pending,
+                agent: None,
+                blocked_passes: 0,
+                constraints,
+                devices: Vec::new(),
+            }
+        })
+        .collect();
+    Snapshot {
+        now: Timestamp(sessions_n as i64),
+        group: ScalingGroup {
+            name: "bench".into(),
+            policy: ScalingPolicy::default(),
+            // Every session tries its luck: none holds the others back.
+            scheduler: SchedulerConfig {
+                head_of_line: HeadOfLine::Backfill,
+                skip_after: 0,
+                ..SchedulerConfig::default()
+            },
+            templates: vec![],
+        },
+        agents,
+        sessions,
+        images: vec![],
+        in_flight: vec![],
+        last_scale_out: None,
+        launch_limits: Default::default(),
+    }
+}
+
+/// [`gpu_snapshot`]'s group of `agents_n` agents offered sessions until their GPU requests add
+/// up to `offered` times its GPUs (1.3 for 130%), served strictly in order: the pass stops at
+/// the first that finds no room, as a cluster fills.
+pub fn gpu_offered(agents_n: usize, offered: f64, seed: u64) -> Snapshot {
+    let capacity = (agents_n * 8 * 1000) as f64;
+    let mut s = gpu_snapshot(agents_n, agents_n * 64, seed);
+    s.group.scheduler.head_of_line = HeadOfLine::Strict;
+    let mut total = 0u64;
+    s.sessions.retain(|x| {
+        total += x.request.get("gpu").milli();
+        (total as f64) <= capacity * offered
+    });
+    s
 }

@@ -61,7 +61,7 @@ fn an_impossible_request_is_rejected_with_its_reason_and_launches_nothing() {
     let s = snapshot(json!({
         "group": {"policy": "demand"},
         "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 10}],
-        "sessions": [session("s1", "gpu=1.5,cpu=1"), session("s2", "cpu=8,mem=64GiB")]
+        "sessions": [session("s1", "gpu=2,cpu=1"), session("s2", "cpu=8,mem=64GiB")]
     }));
     let d = cycle(&s);
     assert!(d.launches.is_empty(), "{:?}", d.launches);
@@ -75,7 +75,7 @@ fn an_impossible_request_is_rejected_with_its_reason_and_launches_nothing() {
         [
             (
                 "s1".to_string(),
-                "gpu=1.5 requested; the largest agent or template offers gpu=1".to_string()
+                "gpu=2 requested; the largest agent or template offers gpu=1".to_string()
             ),
             (
                 "s2".to_string(),
@@ -501,8 +501,8 @@ fn a_session_waits_while_its_only_agent_is_lost_and_says_so() {
     );
     // A new request is queued as well (as Slurm queues jobs for drained nodes), but not one
     // the agent could never hold.
-    assert!(corral_core::admission::admit(&s, &"gpu=1".parse().unwrap()).is_ok());
-    assert!(corral_core::admission::admit(&s, &"gpu=9".parse().unwrap()).is_err());
+    assert!(corral_core::admission::admit(&s, &"gpu=1".parse().unwrap(), &[]).is_ok());
+    assert!(corral_core::admission::admit(&s, &"gpu=9".parse().unwrap(), &[]).is_err());
 }
 
 #[test]

@@ -57,6 +57,7 @@ prop_compose! {
     ) -> Snapshot {
         let templates: Vec<InstanceTemplate> = templates.iter().enumerate().map(|(i, &(cpu, gpu, cents, max))| InstanceTemplate {
             name: format!("t{i}"), slots: slots(cpu, gpu), price_per_hour: f64::from(cents) / 100.0, max, labels: Default::default(),
+            devices: Vec::new(),
         }).collect();
         let agents: Vec<Agent> = agents.iter().enumerate().map(|(i, &(t, used_cpu, used_gpu, state, external, by_hand, idle))| {
             let t = &templates[t % templates.len()];
@@ -67,12 +68,15 @@ prop_compose! {
                 idle_since: allocated.is_empty().then_some(Timestamp(idle)), allocated,
                 state: [AgentState::Alive, AgentState::Marked, AgentState::Lost, AgentState::Terminated][state as usize],
                 labels: Default::default(), external, drained_by_hand: by_hand,
+                devices: Vec::new(),
             }
         }).collect();
         let sessions = sessions.iter().enumerate().map(|(i, &(cpu, gpu, owner, priority, blocked, running))| Session {
             id: SessionId(format!("s{i:02}")), group: "g".into(), owner: format!("u{owner}"), priority,
             request: slots(cpu, gpu), image: None, kind: SessionType::Batch, submitted_at: Timestamp(i as i64),
             state: if running { SessionState::Running } else { SessionState::Pending }, agent: None, blocked_passes: blocked,
+            constraints: Vec::new(),
+            devices: Vec::new(),
         }).collect();
         let in_flight = in_flight.iter().map(|&(t, count)| InFlight { template: templates[t % templates.len()].name.clone(), count, since: Timestamp(0) }).collect();
         Snapshot {

@@ -13,6 +13,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use corral_api::protocol::*;
 use corral_api::sessions::OutputFile;
+use corral_core::devices::check_devices;
 use corral_core::{Agent, AgentId, AgentState, SessionState, Slots};
 use corral_store::{NewEvent, Role, SessionFilter, SessionRecord};
 use serde::Deserialize;
@@ -96,6 +97,7 @@ async fn join(
             "an agent offers at least one slot",
         ));
     }
+    check_join_devices(&req)?;
     let group = app
         .store
         .get_group(&req.group)
@@ -145,6 +147,7 @@ async fn join(
         external: false,
         drained_by_hand: keep.as_ref().is_some_and(|a| a.drained_by_hand),
         idle_since: keep.as_ref().map_or(Some(now), |a| a.idle_since),
+        devices: req.devices,
     };
     let joined = NewEvent {
         at: now,
@@ -368,6 +371,7 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
             inputs: spec.inputs,
             outputs: spec.outputs,
             allocation: r.allocation.unwrap_or_else(Slots::new),
+            devices: r.session.devices,
         })
         .collect())
 }
@@ -1064,6 +1068,35 @@ async fn fail_overdue_inputs(
             app.control.wake_agent(&agent.0);
         }
         app.control.wake(group);
+    }
+    Ok(())
+}
+
+/// An agent's device list: each device valid and once, and each listed kind's shares adding up
+/// to what its capacity says of that kind (`gpu=8` with 8 devices), so that the sums the
+/// scheduler reads and the devices it hands out agree.
+fn check_join_devices(req: &JoinRequest) -> Result<()> {
+    check_devices(&req.devices).map_err(|e| ApiError::invalid("devices", e.to_string()))?;
+    let mut kinds: Vec<&corral_core::SlotName> = req.devices.iter().map(|d| &d.kind).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    for kind in kinds {
+        let listed: u64 = req
+            .devices
+            .iter()
+            .filter(|d| &d.kind == kind)
+            .map(|d| d.share.milli())
+            .sum();
+        let declared = req.capacity.get(kind.as_str());
+        if declared.milli() != listed {
+            return Err(ApiError::invalid(
+                "devices",
+                format!(
+                    "the devices of kind {kind} add up to {kind}={}, but the capacity says {kind}={declared}",
+                    corral_core::Quantity::from_milli(listed)
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -207,6 +207,8 @@ impl Control {
                 Infeasible::NoCapacity => "no_capacity",
                 Infeasible::Exceeds(_) => "exceeds",
                 Infeasible::NoSingleFit { .. } => "no_single_fit",
+                Infeasible::NoDevices { .. } => "no_devices",
+                Infeasible::BadDevices(_) => "bad_devices",
             };
             let labels = RejectionLabels {
                 group: group.to_string(),

@@ -56,15 +56,27 @@ on_both!(
         );
 
         let (status, body) = submit(&m, &m.admin, "gpu=1.5,cpu=2").await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(
+            body["error"]["message"],
+            "gpu=1.5: ask for whole devices (gpu=1, gpu=2, ...) or for a fraction of one device (gpu=0.5); a request is never split over devices"
+        );
+
+        let (status, body) = submit(&m, &m.admin, "gpu=0.5,cpu=2").await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
         let id = body["id"].as_str().unwrap().to_string();
         let s = m.wait_session(&id, |s| s["state"] == "scheduled").await;
         assert_eq!(s["agent"], "a1");
+        // a1 gives its GPUs as a number: they stand for devices gpu0 and gpu1.
+        assert_eq!(
+            s["devices"],
+            serde_json::json!([{"id": "gpu0", "kind": "gpu", "share": "0.5", "memory": "0"}])
+        );
         assert_eq!(s["command"], serde_json::json!(["echo", "hi"]));
         let agent = m.get("/api/v1/agents/a1").await.body;
         assert_eq!(
             agent["allocated"],
-            serde_json::json!({"cpu": "2", "gpu": "1.5"})
+            serde_json::json!({"cpu": "2", "gpu": "0.5"})
         );
         let events = m.get(&format!("/api/v1/events?session={id}")).await.body;
         assert_eq!(events[0]["kind"], "placed", "{events}");

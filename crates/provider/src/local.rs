@@ -327,6 +327,7 @@ mod tests {
                 price_per_hour: 0.5,
                 max: 0,
                 labels: BTreeMap::new(),
+                devices: Vec::new(),
             }],
             corral_binary: "/usr/bin/corral".into(),
             state_dir: "/tmp/x".into(),

@@ -37,6 +37,7 @@ fn context(templates: &[&str]) -> Context {
                 price_per_hour: 0.1,
                 max: 10,
                 labels: BTreeMap::new(),
+                devices: Vec::new(),
             })
             .collect(),
         corral_binary: PathBuf::from("corral"),

@@ -173,6 +173,7 @@ fn context() -> Context {
             price_per_hour: 0.0,
             max: 0,
             labels: BTreeMap::new(),
+            devices: Vec::new(),
         }],
         corral_binary: "corral".into(),
         state_dir: std::env::temp_dir(),

@@ -1,4 +1,5 @@
-//! What this host offers: CPU, memory (both bounded by the agent's cgroup) and NVIDIA GPUs.
+//! What this host offers: CPU, memory (both bounded by the agent's cgroup) and NVIDIA GPUs,
+//! whole or split into MIG instances.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -6,6 +7,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use corral_core::devices::GPU;
+use corral_core::{Device, Quantity};
 use serde::{Deserialize, Serialize};
 
 /// The `nvidia-smi` found on `PATH`.
@@ -14,6 +17,15 @@ pub const DEFAULT_NVIDIA_SMI: &str = "nvidia-smi";
 /// How long `nvidia-smi` may take.
 const NVIDIA_SMI_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// The arguments of the query that lists the GPUs.
+const QUERY_ARGS: [&str; 2] = [
+    "--query-gpu=index,uuid,name,memory.total",
+    "--format=csv,noheader,nounits",
+];
+
+/// The arguments that list the GPUs with their MIG instances.
+const LIST_ARGS: [&str; 1] = ["-L"];
+
 /// What this host offers to sessions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Capacity {
@@ -21,17 +33,75 @@ pub struct Capacity {
     pub cpu_milli: u64,
     /// Memory in bytes.
     pub mem_bytes: u64,
-    /// NVIDIA GPUs, as `nvidia-smi` lists them.
+    /// NVIDIA GPUs, as `nvidia-smi` lists them, including those split into MIG instances (which
+    /// are no devices themselves: see [`Capacity::devices`]).
     pub gpus: Vec<Gpu>,
+}
+
+impl Capacity {
+    /// The devices sessions can be given: each GPU without MIG instances (its UUID, name and
+    /// memory) and each MIG instance (its UUID, `<GPU name> MIG <profile>`, the memory its
+    /// profile names: see [`Mig::mem_bytes`]). A GPU split into MIG instances is not one: CUDA
+    /// cannot use it whole. (A GPU in MIG mode with no instance made yet is listed whole: the
+    /// query does not ask for the MIG mode.)
+    pub fn devices(&self) -> Vec<Device> {
+        let mut devices = Vec::new();
+        // A GPU without a UUID (read from an older serialised form) has no id to be granted by.
+        for gpu in self.gpus.iter().filter(|g| !g.uuid.is_empty()) {
+            if gpu.mig.is_empty() {
+                devices.push(gpu_device(&gpu.uuid, &gpu.name, gpu.mem_bytes));
+            }
+            for mig in &gpu.mig {
+                let model = format!("{} MIG {}", gpu.name, mig.profile);
+                devices.push(gpu_device(&mig.uuid, &model, mig.mem_bytes()));
+            }
+        }
+        devices
+    }
+}
+
+fn gpu_device(id: &str, model: &str, mem_bytes: u64) -> Device {
+    // Beyond 16 PiB a Quantity of bytes overflows: unknown, as nvidia-smi would not say that.
+    let memory = Quantity::from_units(mem_bytes).unwrap_or(Quantity::ZERO);
+    Device::new(id, GPU, model, memory).expect("`gpu` is a valid slot name")
 }
 
 /// One GPU.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Gpu {
     pub index: u32,
+    /// Its UUID (`GPU-…`): its device id.
+    #[serde(default)]
+    pub uuid: String,
     pub name: String,
     /// Its memory in bytes.
     pub mem_bytes: u64,
+    /// Its MIG instances, as `nvidia-smi -L` lists them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<Mig>,
+}
+
+/// One MIG instance of a GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mig {
+    /// Its UUID: `MIG-…`, or `MIG-GPU-<GPU uuid>/<gi>/<ci>` from drivers before R470.
+    pub uuid: String,
+    /// Its profile, such as `1g.5gb` or `1g.10gb+me`.
+    pub profile: String,
+}
+
+impl Mig {
+    /// The memory its profile names, `<n>gb` read as n GiB (`1g.5gb`: 5 GiB; `1c.2g.10gb`,
+    /// `1g.10gb+me`: 10 GiB); 0 (unknown) when it names none. The figure is NVIDIA's rounded
+    /// one: the memory CUDA sees in the instance is somewhat less.
+    pub fn mem_bytes(&self) -> u64 {
+        let base = self.profile.split('+').next().unwrap_or_default();
+        base.rsplit('.')
+            .next()
+            .and_then(|last| last.strip_suffix("gb"))
+            .and_then(|n| n.parse::<u64>().ok())
+            .map_or(0, |n| n.saturating_mul(1 << 30))
+    }
 }
 
 /// Detects this host's capacity (blocking: it may run `nvidia-smi`).
@@ -41,9 +111,10 @@ pub struct Gpu {
 ///   ancestors (v2 `cpu.max`, v1 `cpu.cfs_quota_us`) if one is set.
 /// - Memory: `MemTotal` of `/proc/meminfo`, lowered to the cgroup's memory limit (v2
 ///   `memory.max`, v1 `memory.limit_in_bytes`) if one is set.
-/// - GPUs: `nvidia_smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits`.
-///   No such program: no GPUs. A program that fails or answers something else: no GPUs and a
-///   warning.
+/// - GPUs: `nvidia_smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits`,
+///   then `nvidia_smi -L` for their MIG instances. No such program: no GPUs. A query that
+///   fails or answers something else: no GPUs and a warning. A `-L` that fails or answers
+///   something else: the GPUs without MIG instances (each counted whole) and a warning.
 pub fn detect_capacity(nvidia_smi: &Path) -> Capacity {
     let sys = Sys::real();
     Capacity {
@@ -297,53 +368,162 @@ fn parse_mem_limit(text: &str) -> Option<u64> {
     (bytes < 1 << 62).then_some(bytes)
 }
 
-/// Parses `nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader,nounits`.
-fn parse_nvidia_smi(text: &str) -> Result<Vec<Gpu>, String> {
-    let mut gpus = Vec::new();
-    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
-        let [index, name, mem_mib] = fields[..] else {
-            return Err(format!("expected 3 fields in {line:?}"));
-        };
-        let index: u32 = index
-            .parse()
-            .map_err(|_| format!("bad GPU index in {line:?}"))?;
-        if name.is_empty() {
-            return Err(format!("no GPU name in {line:?}"));
+/// Whether `text` can be a device id: 1 to 128 characters, no space, comma, `=` or control
+/// character (ids are joined with commas and paired with `=` in sessions' variables).
+fn valid_id(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && !text
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == ',' || c == '=')
+}
+
+/// Parses `nvidia-smi --query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits`
+/// (memory in MiB). Errors name the line.
+fn parse_query(text: &str) -> Result<Vec<Gpu>, String> {
+    let mut gpus: Vec<Gpu> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
         }
-        let mem_mib: u64 = mem_mib
-            .parse()
-            .map_err(|_| format!("bad memory size in {line:?}"))?;
+        let bad = |what: &str| format!("line {}: {what}: {line:?}", n + 1);
+        let fields: Vec<&str> = line.split(',').map(str::trim).collect();
+        let [index, uuid, name, mem_mib] = fields[..] else {
+            return Err(bad("expected 4 fields (index, uuid, name, memory.total)"));
+        };
+        let index: u32 = index.parse().map_err(|_| bad("bad GPU index"))?;
+        if !valid_id(uuid) {
+            return Err(bad("bad GPU uuid"));
+        }
+        if gpus.iter().any(|g| g.uuid == uuid) {
+            return Err(bad("GPU uuid listed twice"));
+        }
+        if name.is_empty() {
+            return Err(bad("no GPU name"));
+        }
+        let mem_mib: u64 = mem_mib.parse().map_err(|_| bad("bad memory size"))?;
         gpus.push(Gpu {
             index,
+            uuid: uuid.to_string(),
             name: name.to_string(),
             mem_bytes: mem_mib.saturating_mul(1 << 20),
+            mig: Vec::new(),
         });
     }
     Ok(gpus)
 }
 
-fn detect_gpus(nvidia_smi: &Path) -> Vec<Gpu> {
-    let program = nvidia_smi.display().to_string();
-    let child = Command::new(nvidia_smi)
-        .args([
-            "--query-gpu=index,name,memory.total",
-            "--format=csv,noheader,nounits",
-        ])
+/// A GPU as `nvidia-smi -L` lists it.
+#[derive(Debug, PartialEq, Eq)]
+struct Listed {
+    uuid: String,
+    mig: Vec<Mig>,
+}
+
+/// Parses `nvidia-smi -L`: `GPU <n>: <name> (UUID: <uuid>)` lines, each followed by its MIG
+/// instances, `MIG <profile> Device <n>: (UUID: <uuid>)`. Errors name the line.
+fn parse_list(text: &str) -> Result<Vec<Listed>, String> {
+    let mut gpus: Vec<Listed> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |what: &str| format!("line {}: {what}: {line:?}", n + 1);
+        if let Some(rest) = line.strip_prefix("GPU ") {
+            let uuid =
+                uuid_at_end(rest).ok_or_else(|| bad("expected GPU <n>: <name> (UUID: <uuid>)"))?;
+            gpus.push(Listed {
+                uuid,
+                mig: Vec::new(),
+            });
+        } else if let Some(rest) = line.strip_prefix("MIG ") {
+            let expected = "expected MIG <profile> Device <n>: (UUID: <uuid>)";
+            let (profile, rest) = rest
+                .trim_start()
+                .split_once(char::is_whitespace)
+                .ok_or_else(|| bad(expected))?;
+            let (index, rest) = rest
+                .trim_start()
+                .strip_prefix("Device")
+                .and_then(|r| r.split_once(':'))
+                .ok_or_else(|| bad(expected))?;
+            let index = index.trim();
+            if index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad(expected));
+            }
+            let uuid = uuid_at_end(rest).ok_or_else(|| bad(expected))?;
+            let gpu = gpus
+                .last_mut()
+                .ok_or_else(|| bad("a MIG instance before any GPU"))?;
+            gpu.mig.push(Mig {
+                uuid,
+                profile: profile.to_string(),
+            });
+        } else {
+            return Err(bad("neither a GPU nor a MIG instance"));
+        }
+    }
+    Ok(gpus)
+}
+
+/// The id in `(UUID: <id>)` ending a line; any id text is accepted (drivers spell MIG ids in
+/// two ways).
+fn uuid_at_end(text: &str) -> Option<String> {
+    let (_, after) = text.rsplit_once("(UUID:")?;
+    let uuid = after.strip_suffix(')')?.trim();
+    valid_id(uuid).then(|| uuid.to_string())
+}
+
+/// The GPUs of the query with the MIG instances `-L` lists, matched by UUID; both answers must
+/// name the same GPUs, and no id twice.
+fn with_mig(gpus: &[Gpu], listed: Vec<Listed>) -> Result<Vec<Gpu>, String> {
+    let mut out = gpus.to_vec();
+    if listed.len() != gpus.len() {
+        return Err(format!(
+            "-L lists {} GPUs, the query {}",
+            listed.len(),
+            gpus.len()
+        ));
+    }
+    let mut ids: std::collections::BTreeSet<String> = gpus.iter().map(|g| g.uuid.clone()).collect();
+    for l in listed {
+        let gpu = out
+            .iter_mut()
+            .find(|g| g.uuid == l.uuid)
+            .ok_or_else(|| format!("-L lists GPU {} which the query does not", l.uuid))?;
+        for m in &l.mig {
+            if !ids.insert(m.uuid.clone()) {
+                return Err(format!("-L lists the id {} twice", m.uuid));
+            }
+        }
+        gpu.mig = l.mig;
+    }
+    Ok(out)
+}
+
+/// Why `nvidia-smi` gave no answer.
+enum RunError {
+    /// There is no such program.
+    Missing,
+    /// It could not be run, failed or did not answer in time; the text says which.
+    Failed(String),
+}
+
+/// Runs `program` with `args` and returns what it wrote to stdout, if it succeeded within
+/// [`NVIDIA_SMI_TIMEOUT`].
+fn run(program: &Path, args: &[&str]) -> Result<String, RunError> {
+    let child = Command::new(program)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn();
     let mut child = match child {
         Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            tracing::debug!(program, "no nvidia-smi: no GPUs");
-            return Vec::new();
-        }
-        Err(e) => {
-            tracing::warn!(program, error = %e, "could not run nvidia-smi: no GPUs");
-            return Vec::new();
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(RunError::Missing),
+        Err(e) => return Err(RunError::Failed(format!("could not run it: {e}"))),
     };
     // Read the pipes on threads so a large answer cannot block the program, and give up on
     // one that hangs.
@@ -364,34 +544,64 @@ fn detect_gpus(nvidia_smi: &Path) -> Vec<Gpu> {
         }
         let _ = tx.send(bytes);
     });
-    let out = match rx.recv_timeout(NVIDIA_SMI_TIMEOUT) {
-        Ok(out) => out,
-        Err(_) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            tracing::warn!(program, "nvidia-smi did not answer in time: no GPUs");
-            return Vec::new();
-        }
+    let Ok(out) = rx.recv_timeout(NVIDIA_SMI_TIMEOUT) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(RunError::Failed(format!(
+            "no answer within {} s",
+            NVIDIA_SMI_TIMEOUT.as_secs()
+        )));
     };
     let status = child.wait();
     let err_text = err_reader.join().unwrap_or_default();
     match status {
-        Ok(status) if status.success() => {}
-        Ok(status) => {
-            tracing::warn!(program, %status, stderr = %err_text.trim(), "nvidia-smi failed: no GPUs");
-            return Vec::new();
-        }
-        Err(e) => {
-            tracing::warn!(program, error = %e, "waiting for nvidia-smi: no GPUs");
-            return Vec::new();
-        }
+        Ok(status) if status.success() => Ok(String::from_utf8_lossy(&out).into_owned()),
+        Ok(status) => Err(RunError::Failed(format!("{status}: {}", err_text.trim()))),
+        Err(e) => Err(RunError::Failed(format!("waiting for it: {e}"))),
     }
-    let text = String::from_utf8_lossy(&out);
-    match parse_nvidia_smi(&text) {
+}
+
+fn detect_gpus(nvidia_smi: &Path) -> Vec<Gpu> {
+    let program = nvidia_smi.display().to_string();
+    let text = match run(nvidia_smi, &QUERY_ARGS) {
+        Ok(text) => text,
+        Err(RunError::Missing) => {
+            tracing::debug!(program, "no nvidia-smi: no GPUs");
+            return Vec::new();
+        }
+        Err(RunError::Failed(why)) => {
+            tracing::warn!(program, why, "nvidia-smi --query-gpu failed: no GPUs");
+            return Vec::new();
+        }
+    };
+    let gpus = match parse_query(&text) {
         Ok(gpus) => gpus,
         Err(why) => {
-            tracing::warn!(program, why, "unexpected answer from nvidia-smi: no GPUs");
-            Vec::new()
+            tracing::warn!(
+                program,
+                why,
+                "unexpected answer from nvidia-smi --query-gpu: no GPUs"
+            );
+            return Vec::new();
+        }
+    };
+    if gpus.is_empty() {
+        return gpus;
+    }
+    let listed = match run(nvidia_smi, &LIST_ARGS) {
+        Ok(text) => parse_list(&text).and_then(|listed| with_mig(&gpus, listed)),
+        Err(RunError::Missing) => Err("the program is gone".to_string()),
+        Err(RunError::Failed(why)) => Err(why),
+    };
+    match listed {
+        Ok(gpus) => gpus,
+        Err(why) => {
+            tracing::warn!(
+                program,
+                why,
+                "nvidia-smi -L gave no MIG instances: each GPU counted whole"
+            );
+            gpus
         }
     }
 }
@@ -401,18 +611,184 @@ mod tests {
     use super::*;
     use std::fs;
 
+    const A100X2_QUERY: &str = include_str!("../tests/fixtures/nvidia-smi/a100x2.query.csv");
+    const A100X2_LIST: &str = include_str!("../tests/fixtures/nvidia-smi/a100x2.list.txt");
+    const MIG_QUERY: &str = include_str!("../tests/fixtures/nvidia-smi/mig.query.csv");
+    const MIG_LIST: &str = include_str!("../tests/fixtures/nvidia-smi/mig.list.txt");
+
+    fn capacity(query: &str, list: &str) -> Capacity {
+        let gpus = parse_query(query).unwrap();
+        Capacity {
+            cpu_milli: 1000,
+            mem_bytes: 1 << 30,
+            gpus: with_mig(&gpus, parse_list(list).unwrap()).unwrap(),
+        }
+    }
+
+    fn gib(n: u64) -> Quantity {
+        Quantity::from_units(n << 30).unwrap()
+    }
+
     #[test]
-    fn nvidia_smi_lines_are_parsed() {
-        let gpus =
-            parse_nvidia_smi("0, NVIDIA A100-SXM4-40GB, 40960\n1, NVIDIA A100-SXM4-40GB, 40960\n")
-                .unwrap();
+    fn query_lines_are_parsed() {
+        let gpus = parse_query(A100X2_QUERY).unwrap();
         assert_eq!(gpus.len(), 2);
         assert_eq!(gpus[1].index, 1);
+        assert_eq!(gpus[0].uuid, "GPU-1e8a4c2d-6b3f-4e59-a7c1-3d2b9f0e6a45");
         assert_eq!(gpus[0].name, "NVIDIA A100-SXM4-40GB");
         assert_eq!(gpus[0].mem_bytes, 40960 << 20);
-        assert_eq!(parse_nvidia_smi("").unwrap(), vec![]);
-        assert!(parse_nvidia_smi("0, Tesla T4, [N/A]").is_err());
-        assert!(parse_nvidia_smi("hello world").is_err());
+        assert_eq!(parse_query("").unwrap(), vec![]);
+        // The answer of drivers before the uuid was asked for.
+        let err = parse_query("0, NVIDIA A100-SXM4-40GB, 40960").unwrap_err();
+        assert!(err.contains("line 1") && err.contains("40960"), "{err}");
+        let err = parse_query("0, GPU-a, Tesla T4, 15360\n1, GPU-b, Tesla T4, [N/A]").unwrap_err();
+        assert!(err.contains("line 2") && err.contains("[N/A]"), "{err}");
+        let err = parse_query("0, GPU-a, T4, 1\n1, GPU-a, T4, 1").unwrap_err();
+        assert!(err.contains("twice"), "{err}");
+        assert!(parse_query("0, GPU a, Tesla T4, 15360").is_err());
+    }
+
+    #[test]
+    fn two_gpus_without_mig_are_two_devices() {
+        let c = capacity(A100X2_QUERY, A100X2_LIST);
+        let devices = c.devices();
+        let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "GPU-1e8a4c2d-6b3f-4e59-a7c1-3d2b9f0e6a45",
+                "GPU-7c3f9a1e-2d4b-4f86-b5e0-8a6c1d9e3f27"
+            ]
+        );
+        for d in &devices {
+            assert_eq!(d.kind.as_str(), "gpu");
+            assert_eq!(d.model, "NVIDIA A100-SXM4-40GB");
+            assert_eq!(d.memory, gib(40));
+            assert_eq!(d.share, Quantity::from_milli(1000));
+            assert!(d.allocated.is_zero());
+        }
+        corral_core::devices::check_devices(&devices).unwrap();
+    }
+
+    #[test]
+    fn mig_instances_are_devices_and_their_gpu_is_not() {
+        let c = capacity(MIG_QUERY, MIG_LIST);
+        assert_eq!(c.gpus.len(), 2);
+        assert_eq!(c.gpus[0].mig.len(), 3);
+        assert!(c.gpus[1].mig.is_empty());
+        let devices = c.devices();
+        let got: Vec<(&str, &str, Quantity)> = devices
+            .iter()
+            .map(|d| (d.id.as_str(), d.model.as_str(), d.memory))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "MIG-c7384736-a75d-5afc-978f-d2f1294409fd",
+                    "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+                    gib(5)
+                ),
+                (
+                    "MIG-a28ad590-3fd2-5b2c-9b3b-5c3d6a2b1d01",
+                    "NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+                    gib(5)
+                ),
+                (
+                    "MIG-3e9d4b1c-7f2a-5c8e-a1d6-0b4f8e2c9d17",
+                    "NVIDIA A100-SXM4-40GB MIG 2g.10gb",
+                    gib(10)
+                ),
+                (
+                    "GPU-0b2e6f2a-41c7-4c4e-8c6d-2f1f3f5e7a90",
+                    "NVIDIA A100-SXM4-40GB",
+                    gib(40)
+                ),
+            ]
+        );
+        assert!(devices.iter().all(|d| d.share.milli() == 1000));
+        corral_core::devices::check_devices(&devices).unwrap();
+    }
+
+    #[test]
+    fn older_mig_ids_and_profiles() {
+        let list = "GPU 0: NVIDIA A100-PCIE-40GB (UUID: GPU-aaa)\n  \
+                    MIG 3g.20gb Device 0: (UUID: MIG-GPU-aaa/1/0)\n  \
+                    MIG 1c.3g.20gb Device 1: (UUID: MIG-GPU-aaa/1/1)\n";
+        let listed = parse_list(list).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            listed[0].mig,
+            [
+                Mig {
+                    uuid: "MIG-GPU-aaa/1/0".into(),
+                    profile: "3g.20gb".into()
+                },
+                Mig {
+                    uuid: "MIG-GPU-aaa/1/1".into(),
+                    profile: "1c.3g.20gb".into()
+                },
+            ]
+        );
+        let mem = |profile: &str| {
+            Mig {
+                uuid: "MIG-x".into(),
+                profile: profile.into(),
+            }
+            .mem_bytes()
+        };
+        assert_eq!(mem("1g.5gb"), 5 << 30);
+        assert_eq!(mem("1g.10gb+me"), 10 << 30);
+        assert_eq!(mem("1c.3g.20gb"), 20 << 30);
+        assert_eq!(mem("7g.80gb"), 80 << 30);
+        assert_eq!(mem("odd"), 0);
+    }
+
+    #[test]
+    fn garbage_in_the_list_names_the_line() {
+        for (text, line, what) in [
+            (
+                "GPU 0: T4 (UUID: GPU-a)\nNVIDIA-SMI has failed\n",
+                2,
+                "neither",
+            ),
+            (
+                "  MIG 1g.5gb Device 0: (UUID: MIG-a)\n",
+                1,
+                "a MIG instance before any GPU",
+            ),
+            (
+                "GPU 0: T4 (UUID: GPU-a)\n  MIG 1g.5gb Device 0: (UUID: )\n",
+                2,
+                "expected MIG",
+            ),
+            (
+                "GPU 0: T4 (UUID: GPU-a)\n  MIG 1g.5gb Device x: (UUID: MIG-b)\n",
+                2,
+                "expected MIG",
+            ),
+            ("GPU 0: T4\n", 1, "expected GPU"),
+        ] {
+            let err = parse_list(text).unwrap_err();
+            assert!(
+                err.starts_with(&format!("line {line}: {what}")),
+                "{text:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_that_disagree_are_refused() {
+        let gpus = parse_query(MIG_QUERY).unwrap();
+        let err = with_mig(&gpus, parse_list(A100X2_LIST).unwrap()).unwrap_err();
+        assert_eq!(
+            err,
+            "-L lists GPU GPU-1e8a4c2d-6b3f-4e59-a7c1-3d2b9f0e6a45 which the query does not"
+        );
+        let one = parse_list("GPU 0: T4 (UUID: GPU-0b2e6f2a-41c7-4c4e-8c6d-2f1f3f5e7a90)").unwrap();
+        assert!(with_mig(&gpus, one)
+            .unwrap_err()
+            .contains("-L lists 1 GPUs, the query 2"));
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //! with the spec's environment, in `/work`, bind-mounted from the session's work directory. It
 //! carries the labels `corral.session=<id>` and `corral.agent=<agent>`, by which a restarted
 //! agent finds it again, and its limits as `NanoCpus` and `Memory` (with no swap beyond).
+//! Its granted GPUs are asked of the daemon as one device request (see
+//! [`crate::devices::device_requests`]: through CDI when the host has a CDI specification of
+//! NVIDIA GPUs, else through the `nvidia` driver) and named in its variables.
 //! Its stdout and stderr are streamed into the session's log files. It is kept after it ends
 //! (so outputs can be copied out of it) until [`DockerRuntime::remove`].
 
@@ -28,6 +31,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use crate::devices::{device_environment, device_requests, grants_gpus, nvidia_cdi_spec_present};
 use crate::outputs::{unpack_archive, validate_outputs};
 use crate::{validate_spec, Exit, RuntimeError, SessionPaths, SessionSpec};
 
@@ -62,6 +66,8 @@ pub struct DockerRuntime {
     docker: Docker,
     agent: String,
     known: Mutex<HashMap<String, Known>>,
+    /// Where CDI specifications are looked for.
+    cdi_dirs: Vec<PathBuf>,
 }
 
 impl DockerRuntime {
@@ -85,7 +91,15 @@ impl DockerRuntime {
             docker,
             agent: agent.into(),
             known: Mutex::new(HashMap::new()),
+            cdi_dirs: crate::DEFAULT_CDI_DIRS.iter().map(PathBuf::from).collect(),
         }
+    }
+
+    /// Looks for CDI specifications in `dirs` instead of [`crate::DEFAULT_CDI_DIRS`] (where the
+    /// daemon reads them: `cdi-spec-dirs` in its configuration).
+    pub fn with_cdi_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.cdi_dirs = dirs;
+        self
     }
 
     /// The Docker client.
@@ -110,6 +124,37 @@ impl DockerRuntime {
 
     /// See [`crate::Runtime::start`]. The image must already be on the host.
     pub async fn start(&self, spec: &SessionSpec, work_root: &Path) -> Result<(), RuntimeError> {
+        let name = match self.create(spec, work_root).await? {
+            Ok(name) => name,
+            Err(why) => {
+                self.fail(&spec.id, why);
+                return Ok(());
+            }
+        };
+        let id = spec.id.as_str();
+        if let Err(e) = self.docker.start_container(&name, None).await {
+            if server_refusal(&e).is_none() {
+                return Err(docker_error(format!("starting container {name}"), e));
+            }
+            self.fail(id, format!("could not start the container: {e}"));
+            if let Err(e) = self.remove_container(&name).await {
+                tracing::warn!(session = id, error = %e, "could not remove a container that did not start");
+            }
+            return Ok(());
+        }
+        tracing::info!(session = id, container = %name, image = spec.image.as_deref().unwrap_or_default(), "session started");
+        self.follow_logs(id, &SessionPaths::new(work_root, id));
+        Ok(())
+    }
+
+    /// Prepares the session directory and creates the session's container, not started.
+    /// `Ok(Ok(name))`: created; `Ok(Err(why))`: the daemon refused what the session asks for
+    /// (an image it does not have).
+    pub(crate) async fn create(
+        &self,
+        spec: &SessionSpec,
+        work_root: &Path,
+    ) -> Result<Result<String, String>, RuntimeError> {
         validate_spec(spec)?;
         let id = spec.id.as_str();
         let Some(image) = spec.image.as_deref().filter(|i| !i.is_empty()) else {
@@ -140,15 +185,22 @@ impl DockerRuntime {
         let limits = spec.limits;
         let memory =
             (limits.mem_bytes > 0).then(|| i64::try_from(limits.mem_bytes).unwrap_or(i64::MAX));
+        // The device variables after the session's own: the grant wins.
+        let mut env = spec.environment.clone();
+        for (name, value) in device_environment(&spec.devices) {
+            env.insert(name.to_string(), value);
+        }
+        // The CDI directories are read only for sessions with GPUs, at each start: a
+        // specification may be generated after the agent started.
+        let cdi = grants_gpus(&spec.devices) && nvidia_cdi_spec_present(&self.cdi_dirs);
+        let device_requests = device_requests(&spec.devices, cdi);
+        if let Some(requests) = &device_requests {
+            tracing::info!(session = id, ?requests, "GPUs asked of the daemon");
+        }
         let body = ContainerCreateBody {
             image: Some(image.to_string()),
             cmd: (!spec.command.is_empty()).then(|| spec.command.clone()),
-            env: Some(
-                spec.environment
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect(),
-            ),
+            env: Some(env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             working_dir: Some(WORK_MOUNT.to_string()),
             labels: Some(HashMap::from([
                 (LABEL_SESSION.to_string(), id.to_string()),
@@ -167,37 +219,22 @@ impl DockerRuntime {
                 memory,
                 // Equal to Memory: no swap beyond the limit.
                 memory_swap: memory,
+                device_requests,
                 ..Default::default()
             }),
             ..Default::default()
         };
         let options = CreateContainerOptionsBuilder::new().name(&name).build();
-        if let Err(e) = self.docker.create_container(Some(options), body).await {
-            return match server_refusal(&e) {
+        match self.docker.create_container(Some(options), body).await {
+            Ok(_) => Ok(Ok(name)),
+            Err(e) => match server_refusal(&e) {
                 Some(409) => Err(RuntimeError::AlreadyRunning(id.to_string())),
-                Some(_) => {
-                    self.fail(
-                        id,
-                        format!("could not create the container from {image}: {e}"),
-                    );
-                    Ok(())
-                }
+                Some(_) => Ok(Err(format!(
+                    "could not create the container from {image}: {e}"
+                ))),
                 None => Err(docker_error(format!("creating container {name}"), e)),
-            };
+            },
         }
-        if let Err(e) = self.docker.start_container(&name, None).await {
-            if server_refusal(&e).is_none() {
-                return Err(docker_error(format!("starting container {name}"), e));
-            }
-            self.fail(id, format!("could not start the container: {e}"));
-            if let Err(e) = self.remove_container(&name).await {
-                tracing::warn!(session = id, error = %e, "could not remove a container that did not start");
-            }
-            return Ok(());
-        }
-        tracing::info!(session = id, container = %name, image, "session started");
-        self.follow_logs(id, &paths);
-        Ok(())
     }
 
     fn fail(&self, id: &str, why: String) {

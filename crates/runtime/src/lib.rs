@@ -24,6 +24,7 @@
 mod atomic;
 mod capacity;
 mod cgroup;
+mod devices;
 mod docker;
 mod escalate;
 mod outputs;
@@ -41,7 +42,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use atomic::write_atomic;
-pub use capacity::{detect_capacity, Capacity, Gpu, DEFAULT_NVIDIA_SMI};
+pub use capacity::{detect_capacity, Capacity, Gpu, Mig, DEFAULT_NVIDIA_SMI};
+pub use devices::{CUDA_VISIBLE_DEVICES, DEFAULT_CDI_DIRS, GPU_SHARES_VAR, NVIDIA_VISIBLE_DEVICES};
 pub use docker::{DockerRuntime, LABEL_AGENT, LABEL_SESSION};
 pub use escalate::terminate_then_kill;
 pub use process::{become_subreaper, ProcessConfig, ProcessRuntime, DEFAULT_PATH, LEFTOVER_GRACE};
@@ -57,12 +59,18 @@ pub struct SessionSpec {
     /// Docker image; ignored by the process runtime.
     pub image: Option<String>,
     /// The session's environment; the process runtime adds `PATH` and `HOME` if absent, and
-    /// [`ID_VAR`] and [`COOKIE_VAR`] (which mark its processes) always.
+    /// [`ID_VAR`] and [`COOKIE_VAR`] (which mark its processes) always. Both runtimes set
+    /// [`CUDA_VISIBLE_DEVICES`], [`NVIDIA_VISIBLE_DEVICES`] and [`GPU_SHARES_VAR`] from
+    /// `devices`, over what this says.
     pub environment: BTreeMap<String, String>,
     /// Resource limits.
     pub limits: Limits,
     /// Paths relative to the work directory to collect once the session ended.
     pub outputs: Vec<String>,
+    /// The devices granted to it. The `gpu` ones are what it may use: the only GPUs its
+    /// variables name, and those the Docker runtime asks the daemon for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<corral_core::DeviceGrant>,
 }
 
 /// Resource limits of a session; 0 means none.
@@ -223,6 +231,7 @@ pub(crate) fn validate_spec(spec: &SessionSpec) -> Result<(), RuntimeError> {
     if spec.command.iter().any(|arg| arg.contains('\0')) {
         return Err(invalid("the command contains NUL".into()));
     }
+    devices::check_grants(&spec.devices).map_err(invalid)?;
     outputs::validate_outputs(spec)?;
     Ok(())
 }

@@ -2,8 +2,9 @@
 //!
 //! The session's program runs in its own process group (so a stop reaches its children), in
 //! the work directory, with exactly the spec's environment plus `PATH` and `HOME` (if it sets
-//! none) and `CORRAL_SESSION_ID` and `CORRAL_SESSION_COOKIE` (always), stdin from `/dev/null`
-//! and stdout/stderr into the log files. Limits go through a cgroup v2 `corral-<id>` when the
+//! none), `CORRAL_SESSION_ID` and `CORRAL_SESSION_COOKIE`, and its granted GPUs in
+//! `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CORRAL_GPU_SHARES` (always, empty
+//! without a grant), stdin from `/dev/null` and stdout/stderr into the log files. Limits go through a cgroup v2 `corral-<id>` when the
 //! hierarchy is writable, else through `RLIMIT_AS` (memory only; no CPU limit).
 //!
 //! A session ends when its program ends: whatever it left running is then killed (SIGTERM,
@@ -35,6 +36,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::cgroup::{CgroupParent, SessionCgroup};
+use crate::devices::device_environment;
 use crate::outputs::copy_outputs;
 use crate::procfs;
 use crate::tracking::{self, Mark, Tracker, COOKIE_VAR, ID_VAR};
@@ -265,7 +267,8 @@ impl ProcessRuntime {
             .env("PATH", &self.config.path)
             .env("HOME", &work)
             .envs(&spec.environment)
-            // After the spec's: a session cannot pose as another.
+            // After the spec's: a session cannot pose as another, nor see GPUs not granted.
+            .envs(device_environment(&spec.devices))
             .env(ID_VAR, id)
             .env(COOKIE_VAR, &cookie)
             .stdin(Stdio::null())

@@ -1,12 +1,14 @@
 //! Support for tests of this crate and its users: a tiny image built locally from Debian's
-//! static busybox (this machine cannot pull images).
+//! static busybox (this machine cannot pull images), and a session's container created without
+//! being started.
 
+use std::path::Path;
 use std::time::Duration;
 
 use bollard::query_parameters::BuildImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use crate::DockerRuntime;
+use crate::{DockerRuntime, SessionSpec};
 
 /// The test image: busybox with its applets on PATH.
 pub const TEST_IMAGE: &str = "corral-test-busybox:1";
@@ -69,4 +71,20 @@ pub async fn docker_with_test_image(agent: &str) -> Result<DockerRuntime, String
     }
     drop(build);
     Ok(rt)
+}
+
+/// Creates a session's container as [`DockerRuntime::start`] would, without starting it, and
+/// returns its name: for tests that look at what the daemon was asked, such as GPUs, which a
+/// daemon without the NVIDIA runtime refuses only at the start. The daemon's refusal to create
+/// it is the error's text.
+pub async fn create_session_container(
+    rt: &DockerRuntime,
+    spec: &SessionSpec,
+    work_root: &Path,
+) -> Result<String, String> {
+    match rt.create(spec, work_root).await {
+        Ok(Ok(name)) => Ok(name),
+        Ok(Err(why)) => Err(why),
+        Err(e) => Err(e.to_string()),
+    }
 }

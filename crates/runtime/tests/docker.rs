@@ -8,6 +8,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use bollard::models::DeviceRequest;
+use corral_core::{DeviceGrant, Quantity, SlotName};
+use corral_runtime::testing::create_session_container;
 use corral_runtime::{
     DockerRuntime, Exit, Limits, Runtime, RuntimeError, SessionPaths, SessionSpec, LABEL_AGENT,
 };
@@ -313,4 +316,130 @@ async fn a_missing_image_or_program_fails_the_session() {
         rt.start(&spec, root.path()).await,
         Err(RuntimeError::InvalidSpec { .. })
     ));
+}
+
+fn gpu(id: &str, share_milli: u64) -> DeviceGrant {
+    DeviceGrant {
+        id: id.into(),
+        kind: SlotName::new("gpu").unwrap(),
+        share: Quantity::from_milli(share_milli),
+        memory: Quantity::ZERO,
+    }
+}
+
+/// What the daemon recorded of a container: its device requests and environment.
+async fn requested(
+    docker: &DockerRuntime,
+    name: &str,
+) -> (Option<Vec<DeviceRequest>>, Vec<String>) {
+    let info = docker.client().inspect_container(name, None).await.unwrap();
+    let devices = info.host_config.unwrap().device_requests;
+    (devices, info.config.unwrap().env.unwrap_or_default())
+}
+
+/// The GPUs granted to a session are what its container asks of the daemon. This daemon has no
+/// NVIDIA runtime, so such a container cannot start: it is created only, and inspected.
+#[tokio::test]
+async fn granted_gpus_are_asked_of_the_daemon() {
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    // No CDI specification here: the `nvidia` driver.
+    let no_cdi = tempfile::tempdir().unwrap();
+    let docker = docker.with_cdi_dirs(vec![no_cdi.path().to_path_buf()]);
+    let (a, b) = (
+        "GPU-7c3f9a1e-2d4b-4f86-b5e0-8a6c1d9e3f27",
+        "MIG-c7384736-a75d-5afc-978f-d2f1294409fd",
+    );
+    let id = unique("gpus");
+    let mut spec = sh(&id, "true");
+    spec.devices = vec![gpu(a, 1000), gpu(b, 500)];
+    spec.environment
+        .insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
+    let name = create_session_container(&docker, &spec, root.path())
+        .await
+        .unwrap();
+    let (devices, env) = requested(&docker, &name).await;
+    let devices = devices.expect("no device requests");
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    assert_eq!(devices[0].driver.as_deref(), Some("nvidia"));
+    assert_eq!(
+        devices[0].device_ids,
+        Some(vec![a.to_string(), b.to_string()])
+    );
+    assert_eq!(devices[0].capabilities, Some(vec![vec!["gpu".to_string()]]));
+    // The grant, not what the session said, is in its variables.
+    let ids = format!("{a},{b}");
+    for expected in [
+        format!("CUDA_VISIBLE_DEVICES={ids}"),
+        format!("NVIDIA_VISIBLE_DEVICES={ids}"),
+        format!("CORRAL_GPU_SHARES={a}=1,{b}=0.5"),
+    ] {
+        assert!(env.contains(&expected), "{expected} not in {env:?}");
+    }
+    assert!(
+        !env.contains(&"NVIDIA_VISIBLE_DEVICES=all".to_string()),
+        "{env:?}"
+    );
+    docker.remove(&id).await.unwrap();
+
+    // Started, it fails, naming the device, where the daemon cannot give these GPUs: here no
+    // daemon can (no NVIDIA runtime, or no such device).
+    let id = unique("gpustart");
+    let mut spec = sh(&id, "true");
+    spec.devices = vec![gpu(a, 1000)];
+    docker.start(&spec, root.path()).await.unwrap();
+    match docker.wait(&id).await.unwrap() {
+        Exit::Failed(why) => assert!(why.contains("device"), "{why}"),
+        other => panic!("a session with a GPU that is not there ran: {other}"),
+    }
+    docker.remove(&id).await.unwrap();
+
+    // With a CDI specification of NVIDIA GPUs on the host: the `cdi` driver, CDI names.
+    let cdi = tempfile::tempdir().unwrap();
+    fs::write(
+        cdi.path().join("nvidia.yaml"),
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n",
+    )
+    .unwrap();
+    let docker = docker.with_cdi_dirs(vec![no_cdi.path().to_path_buf(), cdi.path().to_path_buf()]);
+    let id = unique("cdi");
+    let mut spec = sh(&id, "true");
+    spec.devices = vec![gpu(b, 250)];
+    let name = create_session_container(&docker, &spec, root.path())
+        .await
+        .unwrap();
+    let (devices, _) = requested(&docker, &name).await;
+    let devices = devices.expect("no device requests");
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    assert_eq!(devices[0].driver.as_deref(), Some("cdi"));
+    assert_eq!(
+        devices[0].device_ids,
+        Some(vec![format!("nvidia.com/gpu={b}")])
+    );
+    docker.remove(&id).await.unwrap();
+
+    // No grant: no device request, and no GPU in its variables.
+    let id = unique("nogpu");
+    let mut spec = sh(&id, "true");
+    spec.environment
+        .insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
+    let name = create_session_container(&docker, &spec, root.path())
+        .await
+        .unwrap();
+    let (devices, env) = requested(&docker, &name).await;
+    assert!(devices.unwrap_or_default().is_empty());
+    for expected in [
+        "CUDA_VISIBLE_DEVICES=",
+        "NVIDIA_VISIBLE_DEVICES=",
+        "CORRAL_GPU_SHARES=",
+    ] {
+        assert!(
+            env.contains(&expected.to_string()),
+            "{expected} not in {env:?}"
+        );
+    }
+    docker.remove(&id).await.unwrap();
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use corral_testkit::KillLeftovers;
 
+use corral_core::{DeviceGrant, Quantity, SlotName};
 use corral_runtime::{
     Exit, Limits, ProcessConfig, ProcessRuntime, Runtime, RuntimeError, SessionPaths, SessionSpec,
 };
@@ -145,11 +146,88 @@ async fn environment_is_exactly_the_given_one() {
         format!("PATH={}", corral_runtime::DEFAULT_PATH),
         format!("HOME={}", work.display()),
         "CORRAL_SESSION_ID=env".to_string(),
+        // No GPU granted: none visible.
+        "CUDA_VISIBLE_DEVICES=".to_string(),
+        "NVIDIA_VISIBLE_DEVICES=".to_string(),
+        "CORRAL_GPU_SHARES=".to_string(),
     ]
     .into();
     assert_eq!(lines, expected, "the agent's environment leaked in");
     // The test process has variables of its own (cargo's at least); none reached the session.
     assert!(std::env::vars().any(|(k, _)| k.starts_with("CARGO")));
+}
+
+fn gpu(id: &str, share_milli: u64) -> DeviceGrant {
+    DeviceGrant {
+        id: id.into(),
+        kind: SlotName::new("gpu").unwrap(),
+        share: Quantity::from_milli(share_milli),
+        memory: Quantity::ZERO,
+    }
+}
+
+/// The device variables a session saw, as `env` printed them (`None`: unset).
+fn device_variables(stdout: &str) -> [Option<&str>; 3] {
+    [
+        "CUDA_VISIBLE_DEVICES=",
+        "NVIDIA_VISIBLE_DEVICES=",
+        "CORRAL_GPU_SHARES=",
+    ]
+    .map(|name| stdout.lines().find_map(|l| l.strip_prefix(name)))
+}
+
+#[tokio::test]
+async fn a_session_sees_exactly_its_granted_gpus() {
+    let root = tempfile::tempdir().unwrap();
+    // Nothing it starts outlives the test, also when it fails.
+    let _leftovers = KillLeftovers::new(root.path());
+    let rt = runtime();
+
+    let mut granted = spec("gpus", &["env"]);
+    granted.devices = vec![
+        gpu("GPU-7c3f9a1e-2d4b-4f86-b5e0-8a6c1d9e3f27", 1000),
+        gpu("MIG-c7384736-a75d-5afc-978f-d2f1294409fd", 500),
+    ];
+    // What the session says of these variables does not widen its grant.
+    granted
+        .environment
+        .insert("CUDA_VISIBLE_DEVICES".into(), "all".into());
+    granted
+        .environment
+        .insert("NVIDIA_VISIBLE_DEVICES".into(), "all".into());
+    rt.start(&granted, root.path()).await.unwrap();
+    assert_eq!(rt.wait("gpus").await.unwrap(), Exit::Code(0));
+    let out = read(&SessionPaths::new(root.path(), "gpus").stdout);
+    let ids = "GPU-7c3f9a1e-2d4b-4f86-b5e0-8a6c1d9e3f27,MIG-c7384736-a75d-5afc-978f-d2f1294409fd";
+    let shares =
+        "GPU-7c3f9a1e-2d4b-4f86-b5e0-8a6c1d9e3f27=1,MIG-c7384736-a75d-5afc-978f-d2f1294409fd=0.5";
+    assert_eq!(
+        device_variables(&out),
+        [Some(ids), Some(ids), Some(shares)],
+        "{out}"
+    );
+
+    // No grant: set, and empty, whatever the session said.
+    let mut none = spec("nogpu", &["env"]);
+    none.environment
+        .insert("CUDA_VISIBLE_DEVICES".into(), "0".into());
+    rt.start(&none, root.path()).await.unwrap();
+    assert_eq!(rt.wait("nogpu").await.unwrap(), Exit::Code(0));
+    let out = read(&SessionPaths::new(root.path(), "nogpu").stdout);
+    assert_eq!(
+        device_variables(&out),
+        [Some(""), Some(""), Some("")],
+        "{out}"
+    );
+
+    // A grant whose id would break the lists is refused, naming it.
+    let mut bad = spec("badgpu", &["env"]);
+    bad.devices = vec![gpu("GPU-a,GPU-b", 1000)];
+    let err = rt.start(&bad, root.path()).await.unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::InvalidSpec { reason, .. } if reason.contains("GPU-a,GPU-b")),
+        "{err}"
+    );
 }
 
 #[tokio::test]

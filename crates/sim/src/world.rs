@@ -181,6 +181,7 @@ impl<'a> World<'a> {
             external: false,
             drained_by_hand: false,
             idle_since: Some(now),
+            devices: Vec::new(),
         });
         self.snapshot.agents.len() - 1
     }
@@ -223,6 +224,8 @@ impl<'a> World<'a> {
                     state: SessionState::Pending,
                     agent: None,
                     blocked_passes: 0,
+                    constraints: Vec::new(),
+                    devices: Vec::new(),
                 };
                 if self.pending < MAX_PENDING_PER_PASS && self.backlog.is_empty() {
                     self.snapshot.sessions.push(session);

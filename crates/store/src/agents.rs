@@ -12,7 +12,7 @@ use crate::Store;
 macro_rules! agent_columns {
     () => {
         "id, group_name, template, capacity, allocated, state, labels, external, \
-         drained_by_hand, idle_since"
+         drained_by_hand, idle_since, devices"
     };
 }
 pub(crate) use agent_columns;
@@ -30,6 +30,7 @@ pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
         external: f.flag("external")?,
         drained_by_hand: f.flag("drained_by_hand")?,
         idle_since: f.opt_time("idle_since")?,
+        devices: f.json("devices")?,
     })
 }
 
@@ -71,12 +72,13 @@ impl Store {
             .then(|| agent.idle_since.unwrap_or(now).0);
         sqlx::query(
             "INSERT INTO agents (id, group_name, template, capacity, allocated, state, labels, \
-             external, drained_by_hand, idle_since, last_seen, joined_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+             external, drained_by_hand, idle_since, last_seen, joined_at, devices) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $13) \
              ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, \
              template = excluded.template, capacity = excluded.capacity, \
              allocated = excluded.allocated, state = excluded.state, labels = excluded.labels, \
              external = excluded.external, drained_by_hand = excluded.drained_by_hand, \
+             devices = excluded.devices, \
              idle_since = CASE WHEN excluded.allocated = '' \
                  THEN COALESCE(agents.idle_since, $12) ELSE NULL END, \
              last_seen = excluded.last_seen",
@@ -93,6 +95,7 @@ impl Store {
         .bind(idle_since)
         .bind(now.0)
         .bind(now.0)
+        .bind(to_json(&reported_devices(&agent.devices))?)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -269,7 +272,7 @@ impl Store {
             (SessionState::Failed, format!("agent {id} was lost"))
         };
         let sql = if requeue {
-            "UPDATE sessions SET state = 'pending', agent = NULL, allocation = NULL, \
+            "UPDATE sessions SET state = 'pending', agent = NULL, allocation = NULL, devices = '[]', \
              wait_reason = NULL, blocked_passes = 0, updated_at = $2 \
              WHERE agent = $1 AND state IN ('scheduled', 'running')"
         } else {
@@ -366,4 +369,17 @@ impl Store {
         tx.commit().await?;
         Ok((group, revoked))
     }
+}
+
+/// An agent's devices as stored: what it has, not what is allocated (a snapshot adds that up
+/// from the sessions' grants).
+fn reported_devices(devices: &[corral_core::Device]) -> Vec<corral_core::Device> {
+    devices
+        .iter()
+        .map(|d| corral_core::Device {
+            allocated: corral_core::Quantity::ZERO,
+            allocated_memory: corral_core::Quantity::ZERO,
+            ..d.clone()
+        })
+        .collect()
 }

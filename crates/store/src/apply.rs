@@ -11,7 +11,7 @@ use corral_core::{
     WaitReason,
 };
 
-use crate::codec::{count, name_of};
+use crate::codec::{count, name_of, to_json};
 use crate::error::{Result, StoreError};
 use crate::events::{insert_event, insert_events_many, NewEvent};
 use crate::instances::{insert_requested, terminate_for_agents};
@@ -279,19 +279,25 @@ impl Pass<'_> {
     /// Scheduling: one guarded UPDATE per (agent, allocation) and multi-row inserts, so a pass
     /// that places thousands of sessions costs tens of statements, not thousands.
     async fn place(&mut self, decisions: &Decisions) -> Result<()> {
-        let mut by_target: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
+        // Sessions given the same on the same agent share a statement (those granted devices
+        // are each alone: their devices differ).
+        let mut by_target: BTreeMap<(&str, String, String), Vec<&str>> = BTreeMap::new();
         for p in &decisions.placements {
             by_target
-                .entry((p.agent.0.as_str(), p.slots.to_string()))
+                .entry((
+                    p.agent.0.as_str(),
+                    p.slots.to_string(),
+                    to_json(&p.devices)?,
+                ))
                 .or_default()
                 .push(p.session.0.as_str());
         }
-        for ((agent, slots), ids) in &by_target {
+        for ((agent, slots, devices), ids) in &by_target {
             for chunk in ids.chunks(ROWS_PER_STATEMENT) {
-                let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 5)).collect();
+                let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 6)).collect();
                 let sql = format!(
                     "UPDATE sessions SET state = 'scheduled', agent = $1, allocation = $2, \
-                     wait_reason = NULL, updated_at = $3 \
+                     wait_reason = NULL, updated_at = $3, devices = $5 \
                      WHERE group_name = $4 AND state = 'pending' AND id IN ({})",
                     list.join(", ")
                 );
@@ -299,7 +305,8 @@ impl Pass<'_> {
                     .bind(*agent)
                     .bind(slots.as_str())
                     .bind(self.now.0)
-                    .bind(self.group);
+                    .bind(self.group)
+                    .bind(devices.as_str());
                 for id in chunk {
                     q = q.bind(*id);
                 }

@@ -106,6 +106,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0009_history.sql"),
         include_str!("../migrations/postgres/0009_history.sql"),
     ),
+    (
+        10,
+        "devices",
+        include_str!("../migrations/sqlite/0010_devices.sql"),
+        include_str!("../migrations/postgres/0010_devices.sql"),
+    ),
 ];
 
 /// How long a SQLite connection waits for another process's write lock before failing.

@@ -14,7 +14,7 @@ use crate::{locked, Store, Tx};
 macro_rules! core_session_columns {
     () => {
         "id, group_name, owner, priority, request, image, session_type, state, agent, \
-         blocked_passes, submitted_at"
+         blocked_passes, submitted_at, constraints, devices"
     };
 }
 pub(crate) use core_session_columns;
@@ -92,6 +92,8 @@ pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
         state: f.name("state")?,
         agent: f.opt_text("agent")?.map(AgentId),
         blocked_passes: f.u32("blocked_passes")?,
+        constraints: f.json("constraints")?,
+        devices: f.json("devices")?,
     })
 }
 
@@ -485,8 +487,9 @@ pub(crate) async fn insert_one(
     let done = sqlx::query(
         "INSERT INTO sessions (id, group_name, owner, priority, request, image, session_type, \
          state, agent, allocation, blocked_passes, submitted_at, updated_at, wait_reason, \
-         end_reason, spec, batch_job) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, NULL, NULL, $13, $14) \
+         end_reason, spec, batch_job, constraints) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, $10, $11, $12, NULL, NULL, $13, $14, \
+         $15) \
          ON CONFLICT (id) DO NOTHING",
     )
     .bind(&session.id.0)
@@ -503,6 +506,7 @@ pub(crate) async fn insert_one(
     .bind(now.0)
     .bind(to_json(spec)?)
     .bind(batch_job)
+    .bind(to_json(&session.constraints)?)
     .execute(&mut **tx)
     .await?;
     if done.rows_affected() == 0 {

@@ -41,6 +41,7 @@ fn place(session: &str, agent: &str, request: &str) -> Placement {
         session: SessionId(session.into()),
         agent: AgentId(agent.into()),
         slots: slots(request),
+        devices: Vec::new(),
     }
 }
 

@@ -178,7 +178,7 @@ fn print_agents(agents: &[Agent]) {
 }
 
 fn print_agent(a: &Agent) {
-    fields(&[
+    let mut rows = vec![
         ("id", a.id.0.clone()),
         ("group", a.group.clone()),
         ("state", state(a)),
@@ -192,5 +192,18 @@ fn print_agent(a: &Agent) {
             if a.external { "yes" } else { "no" }.to_string(),
         ),
         ("idle since", opt_time(a.idle_since.map(|t| t.0))),
-    ]);
+    ];
+    // One line a device: its id, model and memory.
+    for d in &a.devices {
+        let mut line = format!(
+            "{} {}",
+            d.id,
+            or_dash(Some(d.model.as_str()).filter(|m| !m.is_empty()))
+        );
+        if !d.memory.is_zero() {
+            line.push_str(&format!(" {}", corral_core::devices::bytes_text(d.memory)));
+        }
+        rows.push(("device", line));
+    }
+    fields(&rows);
 }

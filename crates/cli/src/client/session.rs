@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
 use corral_api::sessions::{NewSession, SessionView, Submitted};
-use corral_core::Slots;
+use corral_core::devices::{bytes_text, ConstraintsText, Request};
+use corral_core::{DeviceGrant, Slots};
 
 use super::http::{json, parse, Api};
 use super::render::{self, command_line, fields, or_dash, pairs, slots, table, time, word};
@@ -28,9 +29,11 @@ pub enum Command {
         /// Container image to run in; its minimum slots apply.
         #[arg(long, value_name = "IMG")]
         image: Option<String>,
-        /// The slots the session needs, e.g. cpu=2,mem=4GiB,gpu=0.5.
+        /// The slots the session needs, e.g. cpu=2,mem=4GiB,gpu=0.5; a GPU request is whole
+        /// devices (gpu=2) or a fraction of one (gpu=0.5, with gpu.mem=10GiB of its memory),
+        /// and may name the model (gpu.model=A100*) and the least memory (gpu.mem>=40GiB).
         #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
-        request: Slots,
+        request: Request,
         /// Higher runs first under the priority scheduler (-1000 to 1000).
         #[arg(long, value_name = "N", allow_negative_numbers = true)]
         priority: Option<i32>,
@@ -100,9 +103,9 @@ pub enum Command {
         /// Container image to run in; its minimum slots apply.
         #[arg(long, value_name = "IMG")]
         image: Option<String>,
-        /// The slots the session needs.
+        /// The slots the session needs (and device constraints, as `session submit` takes them).
         #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
-        request: Slots,
+        request: Request,
         /// An environment variable of the session; repeat for more.
         #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
         env: Vec<(String, String)>,
@@ -198,7 +201,8 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 kind: corral_core::SessionType::Batch,
                 image,
                 command,
-                request,
+                request: request.slots,
+                constraints: request.constraints,
                 environment: env.into_iter().collect(),
                 inputs: input_names(&inputs)?,
                 outputs,
@@ -244,18 +248,19 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 kind: kind.map(|k| api_value(&k)).transpose()?.unwrap_or_default(),
                 image: image.clone(),
                 command,
-                request: request.clone(),
+                request: request.slots.clone(),
                 priority: priority.unwrap_or_default(),
                 inputs: input_names(&inputs)?,
                 outputs,
                 environment: env.into_iter().collect(),
+                constraints: request.constraints.clone(),
             };
             let body = json(&body)?;
             for i in 0..count {
                 let reply = api.post(&["sessions"], Some(&body)).await?;
                 let submitted = parse::<Submitted>(&reply)?;
                 if i == 0 {
-                    note_raised(&image, &request, &submitted);
+                    note_raised(&image, &request.slots, &submitted);
                 }
                 let id = submitted.id;
                 upload_inputs(api, &["sessions", &id], &inputs).await?;
@@ -487,6 +492,13 @@ fn print_session(s: &SessionView) {
         ("submitted", time(s.session.submitted_at.0)),
         ("updated", time(s.updated_at.0)),
     ];
+    if !s.session.constraints.is_empty() {
+        let text = ConstraintsText(&s.session.constraints).to_string();
+        rows.push(("constraints", text));
+    }
+    if !s.session.devices.is_empty() {
+        rows.push(("devices", grants(&s.session.devices)));
+    }
     if let Some(reason) = &s.wait_reason {
         rows.push(("waiting", reason.clone()));
     }
@@ -554,4 +566,16 @@ pub(crate) async fn upload_inputs(api: &Api, resource: &[&str], inputs: &[String
             .await?;
     }
     Ok(())
+}
+
+/// The devices a session holds: `GPU-aaa (1), MIG-bbb (0.5, 10GiB)`.
+fn grants(devices: &[DeviceGrant]) -> String {
+    devices
+        .iter()
+        .map(|g| match g.memory.is_zero() || g.share.milli() == 1000 {
+            true => format!("{} ({})", g.id, g.share),
+            false => format!("{} ({}, {})", g.id, g.share, bytes_text(g.memory)),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

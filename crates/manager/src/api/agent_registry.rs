@@ -81,6 +81,7 @@ pub(super) async fn register_agent(
         external: false,
         drained_by_hand: false,
         idle_since: Some(now),
+        devices: Vec::new(),
     };
     let registered = corral_store::NewEvent {
         at: now,

@@ -110,7 +110,7 @@ pub(super) async fn required(
     let s = snapshot(&app, &name).await?;
     known_image(&s, b.image.as_deref())?;
     let required = s.required_for(&b.request, b.image.as_deref());
-    let verdict = admit(&s, &required);
+    let verdict = admit(&s, &required, &[]);
     Ok(Json(Required {
         required,
         feasible: verdict.is_ok(),

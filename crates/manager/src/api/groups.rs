@@ -65,6 +65,8 @@ fn validated(group: ScalingGroup) -> Result<ScalingGroup> {
     check_name("name", &group.name)?;
     for (i, t) in group.templates.iter().enumerate() {
         check_name(&format!("templates[{i}].name"), &t.name)?;
+        corral_core::devices::check_device_sets(&t.devices)
+            .map_err(|e| ApiError::invalid(&format!("templates[{i}].devices"), e.to_string()))?;
     }
     group
         .validate()

@@ -117,7 +117,11 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
     ),
     components(
         responses(ErrorResponse),
-        schemas(corral_core::openapi::SlotsOut, corral_batch::openapi::JobId)
+        schemas(
+            corral_core::openapi::SlotsOut,
+            corral_core::openapi::AmountOut,
+            corral_batch::openapi::JobId
+        )
     ),
     modifiers(&Bearer),
     security(("bearer" = []))
@@ -408,6 +412,9 @@ impl Answers<'_> {
     fn component(&mut self, name: &str) -> String {
         if matches!(name, "Slots" | "RequiredSlots") {
             return "SlotsOut".into();
+        }
+        if matches!(name, "Amount" | "DeviceShare") {
+            return "AmountOut".into();
         }
         if let Some(made) = self.made.get(name) {
             return made.clone();

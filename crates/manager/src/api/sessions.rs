@@ -56,6 +56,9 @@ fn check_submit(b: &NewSession) -> Result<()> {
     if let Some(image) = &b.image {
         check_image_name("image", image)?;
     }
+    // The amounts of each device kind are checked by admission, which knows the group's kinds.
+    corral_core::devices::check_request(&b.request, &b.constraints, &[])
+        .map_err(|e| ApiError::invalid("constraints", e.to_string()))?;
     for (i, arg) in b.command.iter().enumerate() {
         check_no_nul(&format!("command[{i}]"), arg)?;
     }
@@ -123,6 +126,8 @@ pub(super) async fn submit(
         state: SessionState::Pending,
         agent: None,
         blocked_passes: 0,
+        constraints: b.constraints.clone(),
+        devices: Vec::new(),
     };
     let spec = Spec {
         command: b.command,
@@ -138,7 +143,7 @@ pub(super) async fn submit(
     }
     let refused = |view: &Snapshot| {
         let required = view.required_for(&b.request, b.image.as_deref());
-        admit(view, &required).is_err()
+        admit(view, &required, &b.constraints).is_err()
     };
     // A refusal is never made on a remembered view: the agent that would hold the request may
     // have joined since (its join is visible before it invalidates the view).
@@ -148,7 +153,7 @@ pub(super) async fn submit(
     };
     known_image(&view, b.image.as_deref())?;
     let required = view.required_for(&b.request, b.image.as_deref());
-    if let Err(reason) = admit(&view, &required) {
+    if let Err(reason) = admit(&view, &required, &b.constraints) {
         let mut message = reason.to_string();
         if let (Some(image), true) = (&b.image, required != b.request) {
             message.push_str(&format!(

@@ -48,6 +48,7 @@ pub fn context(group: &str, state_dir: &Path, corral_binary: &Path) -> Context {
         price_per_hour: price,
         max: 0,
         labels: BTreeMap::from([("zone".to_string(), "local".to_string())]),
+        devices: Vec::new(),
     };
     Context {
         group: group.into(),

@@ -117,6 +117,7 @@ pub fn group(name: &str) -> ScalingGroup {
             price_per_hour: 0.1,
             max: 5,
             labels: BTreeMap::new(),
+            devices: Vec::new(),
         }],
     }
 }
@@ -133,6 +134,7 @@ pub fn agent(id: &str, group: &str, capacity: &str) -> Agent {
         external: false,
         drained_by_hand: false,
         idle_since: None,
+        devices: Vec::new(),
     }
 }
 
@@ -149,6 +151,8 @@ pub fn session(id: &str, group: &str, owner: &str, request: &str, at: i64) -> Se
         state: SessionState::Pending,
         agent: None,
         blocked_passes: 0,
+        constraints: Vec::new(),
+        devices: Vec::new(),
     }
 }
 

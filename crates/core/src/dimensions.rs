@@ -1,0 +1,172 @@
+//! The dense dimensions of one snapshot: the slot index with its device layout, and what every
+//! agent and template has in that form, built once for a pass (or a submit's admission check).
+
+use crate::dense::{SlotIndex, Vector};
+use crate::devices::{DeviceConstraint, DeviceError, GPU};
+use crate::ledger::{DeviceLayout, DeviceNeed, Ledger};
+use crate::model::{Agent, AgentState, InstanceTemplate, PolicyKind};
+use crate::slots::{SlotName, Slots};
+use crate::snapshot::Snapshot;
+
+/// One snapshot's vectors and ledgers.
+#[derive(Debug, Clone)]
+pub struct Dimensions {
+    pub index: SlotIndex,
+    /// Per agent (as in `snapshot.agents`): what is free on each device now.
+    pub agent_ledgers: Vec<Ledger>,
+    /// Per template (as in `snapshot.group.templates`): a fresh instance's devices.
+    pub template_ledgers: Vec<Ledger>,
+}
+
+/// Dimensions being made: the named slots are fixed; the device groups grow as requests are
+/// resolved, and fix the rest of the vectors at [`Builder::finish`].
+pub struct Builder {
+    /// The named slots alone.
+    names: SlotIndex,
+    layout: DeviceLayout,
+}
+
+impl Builder {
+    /// The named slots of `s` and of `sets` (the requests and whatever else the caller will
+    /// put in vectors), and its devices' kinds and classes.
+    pub fn new<'r>(s: &'r Snapshot, sets: impl IntoIterator<Item = &'r Slots>) -> Self {
+        let names = SlotIndex::of(
+            s.agents
+                .iter()
+                .flat_map(|a| [&a.capacity, &a.allocated])
+                .chain(s.group.templates.iter().map(|t| &t.slots))
+                .chain(sets)
+                .chain([&s.group.policy.headroom]),
+        );
+        let layout = DeviceLayout::of(
+            device_kinds(s, &names),
+            names.names(),
+            &s.agents,
+            &s.group.templates,
+        );
+        Builder { names, layout }
+    }
+
+    /// A request over the named slots alone (its device dimensions are added by
+    /// [`Dimensions::need`]).
+    pub fn named(&self, request: &Slots) -> Vector {
+        self.names.vector(request)
+    }
+
+    /// What a request (over the named slots) asks of devices, or why devices cannot serve it.
+    pub fn resolve(
+        &mut self,
+        named: &[u64],
+        constraints: &[DeviceConstraint],
+    ) -> Result<DeviceNeed, DeviceError> {
+        self.layout.resolve_named(named, constraints)
+    }
+
+    pub fn finish(self, s: &Snapshot) -> Dimensions {
+        let agent_ledgers = s
+            .agents
+            .iter()
+            .map(|a| self.layout.agent_ledger(a))
+            .collect();
+        let template_ledgers = s
+            .group
+            .templates
+            .iter()
+            .map(|t| self.layout.template_ledger(t))
+            .collect();
+        Dimensions {
+            index: self.names.with_devices(self.layout),
+            agent_ledgers,
+            template_ledgers,
+        }
+    }
+}
+
+impl Dimensions {
+    pub fn layout(&self) -> &DeviceLayout {
+        self.index.devices()
+    }
+
+    /// What a request needs, devices included, from its named form.
+    pub fn need(&self, named: &[u64], need: &DeviceNeed) -> Vector {
+        let mut v = vec![0u64; self.index.len()].into_boxed_slice();
+        v[..named.len()].copy_from_slice(named);
+        self.layout().write_need(need, &mut v);
+        v
+    }
+
+    /// Agent `a`'s free capacity now (an over-allocated agent has none of that slot).
+    pub fn agent_free(&self, a: usize, agent: &Agent) -> Vector {
+        let (cap, alloc) = (
+            self.index.vector(&agent.capacity),
+            self.index.vector(&agent.allocated),
+        );
+        let mut v: Vector = cap
+            .iter()
+            .zip(alloc.iter())
+            .map(|(c, u)| c.saturating_sub(*u))
+            .collect();
+        self.layout().write_free(&self.agent_ledgers[a], &mut v);
+        v
+    }
+
+    /// Agent `a`'s whole capacity, as if idle.
+    pub fn agent_capacity(&self, a: usize, agent: &Agent) -> Vector {
+        let mut v = self.index.vector(&agent.capacity);
+        self.layout()
+            .write_free(&self.agent_ledgers[a].fresh(), &mut v);
+        v
+    }
+
+    /// A fresh instance of template `t`.
+    pub fn template(&self, t: usize, template: &InstanceTemplate) -> Vector {
+        let mut v = self.index.vector(&template.slots);
+        self.layout().write_free(&self.template_ledgers[t], &mut v);
+        v
+    }
+
+    /// The capacities a session could ever get in the group: every agent that may take
+    /// sessions again (alive, marked or drained, or lost and perhaps coming back) and the
+    /// templates the policy may launch. A request only a drained or lost agent could hold is
+    /// queued, as Slurm queues jobs for drained nodes, and waits with that reason.
+    pub fn standing_candidates(&self, s: &Snapshot) -> Vec<Vector> {
+        let policy = &s.group.policy;
+        let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
+        let agents = s
+            .agents
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.state != AgentState::Terminated)
+            .map(|(i, a)| self.agent_capacity(i, a));
+        let templates = s
+            .group
+            .templates
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| launchable && t.max > 0)
+            .map(|(i, t)| self.template(i, t));
+        agents.chain(templates).collect()
+    }
+}
+
+/// The device kinds of a snapshot: `gpu` wherever a slot or a device names it, and every kind
+/// a device list names.
+fn device_kinds(s: &Snapshot, names: &SlotIndex) -> Vec<SlotName> {
+    let mut kinds: Vec<SlotName> = s
+        .agents
+        .iter()
+        .flat_map(|a| a.devices.iter().map(|d| d.kind.clone()))
+        .chain(
+            s.group
+                .templates
+                .iter()
+                .flat_map(|t| t.devices.iter().map(|d| d.kind.clone())),
+        )
+        .collect();
+    if names.names().iter().any(|n| n.as_str() == GPU) {
+        kinds.push(SlotName::new(GPU).expect("gpu is a slot name"));
+    }
+    kinds.sort_unstable();
+    kinds.dedup();
+    kinds
+}

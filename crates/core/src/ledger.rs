@@ -1,0 +1,653 @@
+//! Devices in the dense form of a pass: what each agent's devices hold, summarised per group
+//! of device classes so that the free-capacity index answers "which agents can hold this"
+//! without walking devices.
+//!
+//! A device's class is its kind, model and memory. A request of a device kind accepts a set of
+//! classes (all of the kind, or those its constraints and its fraction's memory allow): a
+//! *group*. Each group has three dimensions after the named slots of a pass's vectors:
+//!
+//! - `whole`: idle devices of the group, in thousandths (a request of `gpu=2` needs 2000);
+//! - `fraction`: the largest free share on one device of the group (`gpu=0.5` needs 500);
+//! - `memory`: the most free memory on one device of the group (`gpu.mem=10GiB` needs that).
+//!
+//! All three only shrink as sessions are placed, as the index's cursors need. The first two are
+//! exact; a fraction that also asks for memory needs one device with both, which the summary
+//! cannot say, so [`Ledger::can_hold`] looks at the devices for those ([`DeviceLayout::exact`]).
+
+use std::collections::HashMap;
+
+use crate::devices::{ask_amounts, Device, DeviceAsk, DeviceConstraint, DeviceError};
+use crate::model::{Agent, InstanceTemplate};
+use crate::slots::{Quantity, SlotName, Slots, SCALE};
+
+const WHOLE: usize = 0;
+const FRACTION: usize = 1;
+const MEMORY: usize = 2;
+const DIMS: usize = 3;
+
+/// Most devices of one kind an agent or template stands for: a number beyond (`gpu=1P`, which
+/// no machine has) must not make a pass build billions of them.
+pub const MAX_DEVICES: usize = 1024;
+
+/// The device part of one pass's dense vectors: kinds, classes and groups.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceLayout {
+    /// Device kinds, sorted.
+    kinds: Vec<SlotName>,
+    /// Per class: its kind (index into `kinds`), model and memory (thousandths of bytes).
+    classes: Vec<(usize, String, u64)>,
+    /// Classes by kind and memory, then model.
+    class_of: HashMap<(usize, u64), Vec<(String, u32)>>,
+    /// Per group: its kind and which classes it holds (by class index).
+    groups: Vec<(usize, Vec<bool>)>,
+    group_of: HashMap<(usize, Vec<bool>), usize>,
+    /// Per kind: the group of all its classes.
+    all: Vec<usize>,
+    /// Where the device dimensions start in a vector (after the named slots).
+    offset: usize,
+    /// Per kind: where its amount and its fraction's memory (`gpu`, `gpu.mem`) are among the
+    /// named slots, when the layout was made with them ([`DeviceLayout::of`]).
+    positions: Vec<(Option<usize>, Option<usize>)>,
+}
+
+/// What one placement takes of one device (index into the agent's device list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub device: usize,
+    pub share: u64,
+    pub memory: u64,
+}
+
+impl DeviceLayout {
+    /// The layout of `kinds` over the classes of `devices`, starting at `offset`.
+    pub fn new<'a>(
+        mut kinds: Vec<SlotName>,
+        devices: impl IntoIterator<Item = &'a Device>,
+        offset: usize,
+    ) -> Self {
+        kinds.sort_unstable();
+        kinds.dedup();
+        let mut keys: Vec<(usize, String, u64)> = devices
+            .into_iter()
+            .filter_map(|d| {
+                let kind = kinds.binary_search(&d.kind).ok()?;
+                Some((kind, d.model.clone(), d.memory.milli()))
+            })
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let mut class_of: HashMap<(usize, u64), Vec<(String, u32)>> = HashMap::new();
+        for (i, (kind, model, memory)) in keys.iter().enumerate() {
+            class_of
+                .entry((*kind, *memory))
+                .or_default()
+                .push((model.clone(), i as u32));
+        }
+        let mut layout = DeviceLayout {
+            kinds,
+            classes: keys,
+            class_of,
+            offset,
+            ..DeviceLayout::default()
+        };
+        layout.positions = vec![(None, None); layout.kinds.len()];
+        layout.all = (0..layout.kinds.len())
+            .map(|k| {
+                let members = layout.classes.iter().map(|c| c.0 == k).collect();
+                layout.intern(k, members)
+            })
+            .collect();
+        layout
+    }
+
+    /// The layout of a snapshot: `kinds` over the classes of the agents' and templates'
+    /// devices (and, for a kind one gives only as a number, the unknown model), after the
+    /// named slots `names`.
+    pub fn of(
+        kinds: Vec<SlotName>,
+        names: &[SlotName],
+        agents: &[Agent],
+        templates: &[InstanceTemplate],
+    ) -> Self {
+        let stand_in = |kind: &SlotName, declared: bool, slots: &Slots| {
+            (!declared && !slots.get(kind.as_str()).is_zero()).then(|| Device {
+                id: String::new(),
+                kind: kind.clone(),
+                model: String::new(),
+                memory: Quantity::ZERO,
+                share: Quantity::from_milli(SCALE),
+                allocated: Quantity::ZERO,
+                allocated_memory: Quantity::ZERO,
+            })
+        };
+        let mut keys: Vec<Device> = Vec::new();
+        for kind in &kinds {
+            let legacy_agent = agents.iter().find_map(|a| {
+                stand_in(kind, a.devices.iter().any(|d| &d.kind == kind), &a.capacity)
+            });
+            let legacy_template = templates
+                .iter()
+                .find_map(|t| stand_in(kind, t.devices.iter().any(|d| &d.kind == kind), &t.slots));
+            keys.extend(legacy_agent.into_iter().chain(legacy_template));
+        }
+        let declared = agents.iter().flat_map(|a| a.devices.iter().cloned());
+        let sets = templates.iter().flat_map(|t| {
+            t.devices.iter().map(|set| Device {
+                id: String::new(),
+                kind: set.kind.clone(),
+                model: set.model.clone(),
+                memory: set.memory,
+                share: Quantity::from_milli(SCALE),
+                allocated: Quantity::ZERO,
+                allocated_memory: Quantity::ZERO,
+            })
+        });
+        keys.extend(declared.chain(sets));
+        let mut layout = DeviceLayout::new(kinds, &keys, names.len());
+        layout.positions = layout
+            .kinds
+            .iter()
+            .map(|k| {
+                let at = |n: &str| names.binary_search_by(|x| x.as_str().cmp(n)).ok();
+                (at(k.as_str()), at(&crate::devices::memory_slot(k)))
+            })
+            .collect();
+        layout
+    }
+
+    /// Where the device dimensions start: the number of named slots.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    pub fn kinds(&self) -> &[SlotName] {
+        &self.kinds
+    }
+
+    /// Dimensions after the named slots.
+    pub fn dims(&self) -> usize {
+        DIMS * self.groups.len()
+    }
+
+    fn intern(&mut self, kind: usize, members: Vec<bool>) -> usize {
+        if let Some(&g) = self.group_of.get(&(kind, members.clone())) {
+            return g;
+        }
+        self.groups.push((kind, members.clone()));
+        self.group_of.insert((kind, members), self.groups.len() - 1);
+        self.groups.len() - 1
+    }
+
+    /// The group a request of `kind` accepts under `constraint`, whose fraction asks for
+    /// `memory` (a device with less memory in all can never hold it); made if new.
+    fn group(&mut self, kind: usize, constraint: Option<&DeviceConstraint>, memory: u64) -> usize {
+        if constraint.is_none() && memory == 0 {
+            return self.all[kind];
+        }
+        let members = self
+            .classes
+            .iter()
+            .map(|(k, model, mem)| {
+                *k == kind
+                    && *mem >= memory
+                    && constraint.is_none_or(|c| c.accepts(model, Quantity::from_milli(*mem)))
+            })
+            .collect();
+        self.intern(kind, members)
+    }
+
+    /// Resolves a request's device asks into groups (made as needed): the request's
+    /// [`DeviceNeed`].
+    pub fn resolve(
+        &mut self,
+        request: &Slots,
+        constraints: &[DeviceConstraint],
+    ) -> Result<DeviceNeed, DeviceError> {
+        let amounts: Vec<(u64, u64)> = self
+            .kinds
+            .iter()
+            .map(|k| {
+                let memory = request.get(&crate::devices::memory_slot(k));
+                (request.get(k.as_str()).milli(), memory.milli())
+            })
+            .collect();
+        self.resolve_amounts(&amounts, constraints)
+    }
+
+    /// [`DeviceLayout::resolve`] for a request already in dense form over the named slots
+    /// (the layout made by [`DeviceLayout::of`]): its amounts read by position.
+    pub fn resolve_named(
+        &mut self,
+        named: &[u64],
+        constraints: &[DeviceConstraint],
+    ) -> Result<DeviceNeed, DeviceError> {
+        let amounts: Vec<(u64, u64)> = self
+            .positions
+            .iter()
+            .map(|(amount, memory)| {
+                let at = |p: &Option<usize>| p.map_or(0, |i| named[i]);
+                (at(amount), at(memory))
+            })
+            .collect();
+        self.resolve_amounts(&amounts, constraints)
+    }
+
+    /// Per kind, what a request gives of it and of its fraction's memory (thousandths).
+    fn resolve_amounts(
+        &mut self,
+        amounts: &[(u64, u64)],
+        constraints: &[DeviceConstraint],
+    ) -> Result<DeviceNeed, DeviceError> {
+        let mut asks = Vec::new();
+        for (k, &(amount, memory)) in amounts.iter().enumerate() {
+            let Some(a) = ask_amounts(&self.kinds[k], amount, memory)? else {
+                continue;
+            };
+            let constraint = constraints.iter().find(|c| c.kind == self.kinds[k]);
+            let memory = match a {
+                DeviceAsk::Fraction { memory, .. } => memory,
+                DeviceAsk::Whole(_) => 0,
+            };
+            asks.push((self.group(k, constraint, memory), a));
+        }
+        Ok(DeviceNeed { asks })
+    }
+
+    /// An agent's ledger: its devices, and, for a kind it gives only as a number, that many
+    /// whole devices of the unknown model (a fraction left over is one device of that share)
+    /// holding what its allocation says, in device order. Their indexes follow its list
+    /// ([`DeviceLayout::device_id`]).
+    pub fn agent_ledger(&self, agent: &Agent) -> Ledger {
+        let mut ledger = self.ledger(&agent.devices);
+        let mut index = agent.devices.len() as u32;
+        for kind in self.legacy_kinds(&agent.devices) {
+            let total = agent.capacity.get(kind.as_str()).milli();
+            let used = agent.allocated.get(kind.as_str()).milli();
+            let Some(class) = self.class_key(kind, "", 0) else {
+                continue;
+            };
+            ledger.stand_in(class, total, used, &mut index);
+        }
+        ledger
+    }
+
+    /// A fresh instance's ledger.
+    pub fn template_ledger(&self, template: &InstanceTemplate) -> Ledger {
+        let mut ledger = Ledger::default();
+        let mut index = 0u32;
+        for set in &template.devices {
+            let Some(class) = self.class_key(&set.kind, &set.model, set.memory.milli()) else {
+                continue;
+            };
+            for _ in 0..(set.count as usize).min(MAX_DEVICES) {
+                ledger
+                    .devices
+                    .push(DeviceSlot::idle(index, class, set.memory.milli()));
+                index += 1;
+            }
+        }
+        let declared: Vec<&SlotName> = template.devices.iter().map(|d| &d.kind).collect();
+        for kind in self.kinds.iter().filter(|k| !declared.contains(k)) {
+            let total = template.slots.get(kind.as_str()).milli();
+            if let Some(class) = self.class_key(kind, "", 0) {
+                ledger.stand_in(class, total, 0, &mut index);
+            }
+        }
+        ledger
+    }
+
+    /// The id and kind of an agent's device by its ledger index: from its list, or the name of
+    /// a stand-in (`gpu0`, `gpu1`, ...).
+    pub fn device_id(&self, agent: &Agent, index: usize) -> (String, SlotName) {
+        if let Some(d) = agent.devices.get(index) {
+            return (d.id.clone(), d.kind.clone());
+        }
+        let mut ordinal = index - agent.devices.len();
+        for kind in self.legacy_kinds(&agent.devices) {
+            let n = (agent.capacity.get(kind.as_str()).milli().div_ceil(SCALE) as usize)
+                .min(MAX_DEVICES);
+            if ordinal < n {
+                return (format!("{kind}{ordinal}"), kind.clone());
+            }
+            ordinal -= n;
+        }
+        (format!("device{index}"), self.kinds[0].clone())
+    }
+
+    /// The kinds a device list does not declare.
+    fn legacy_kinds<'a>(&'a self, devices: &'a [Device]) -> impl Iterator<Item = &'a SlotName> {
+        self.kinds
+            .iter()
+            .filter(move |k| !devices.iter().any(|d| &d.kind == *k))
+    }
+
+    fn class_key(&self, kind: &SlotName, model: &str, memory: u64) -> Option<u32> {
+        let kind = self.kinds.binary_search(kind).ok()?;
+        self.class_of
+            .get(&(kind, memory))?
+            .iter()
+            .find(|(m, _)| m == model)
+            .map(|&(_, c)| c)
+    }
+
+    /// Writes a need's device dimensions into `out` (a vector over the pass's index).
+    pub fn write_need(&self, need: &DeviceNeed, out: &mut [u64]) {
+        for &(g, a) in &need.asks {
+            let at = self.offset + DIMS * g;
+            match a {
+                DeviceAsk::Whole(n) => out[at + WHOLE] = u64::from(n) * SCALE,
+                DeviceAsk::Fraction { share, memory } => {
+                    out[at + FRACTION] = share;
+                    out[at + MEMORY] = memory;
+                }
+            }
+        }
+    }
+
+    /// Whether a need's dimensions say all: a fraction that asks for memory needs one device
+    /// with both free, which the summary cannot tell.
+    pub fn exact(&self, need: &[u64]) -> bool {
+        (0..self.groups.len()).all(|g| {
+            let at = self.offset + DIMS * g;
+            need[at + FRACTION] == 0 || need[at + MEMORY] == 0
+        })
+    }
+
+    /// The ledger of a list of devices (devices of kinds or classes the layout does not know
+    /// are left out: no request of the pass can use them).
+    pub fn ledger(&self, devices: &[Device]) -> Ledger {
+        let devices = devices
+            .iter()
+            .enumerate()
+            .filter_map(|(index, d)| {
+                let class = self.class(d)?;
+                let cap = d.share.milli().min(SCALE) as u32;
+                Some(DeviceSlot {
+                    index: index as u32,
+                    class,
+                    cap,
+                    free: cap.saturating_sub(d.allocated.milli().min(SCALE) as u32),
+                    mem_cap: d.memory.milli(),
+                    mem_free: d.memory.milli().saturating_sub(d.allocated_memory.milli()),
+                })
+            })
+            .collect();
+        Ledger { devices }
+    }
+
+    fn class(&self, d: &Device) -> Option<u32> {
+        self.class_key(&d.kind, &d.model, d.memory.milli())
+    }
+
+    /// Writes the ledger's summary into the device dimensions of `out`.
+    pub fn write_free(&self, ledger: &Ledger, out: &mut [u64]) {
+        for (g, (_, members)) in self.groups.iter().enumerate() {
+            let (mut whole, mut fraction, mut memory) = (0u64, 0u64, 0u64);
+            for d in ledger.devices.iter().filter(|d| members[d.class as usize]) {
+                if d.is_idle() {
+                    whole += SCALE;
+                }
+                fraction = fraction.max(u64::from(d.free));
+                memory = memory.max(d.mem_free);
+            }
+            let at = self.offset + DIMS * g;
+            out[at + WHOLE] = whole;
+            out[at + FRACTION] = fraction;
+            out[at + MEMORY] = memory;
+        }
+    }
+
+    /// A need in the planner's additive form: a fraction counts as the share of a device that
+    /// a device full of such fractions gives each (`1/⌊1/q⌋`: 0.3 counts as 1/3, 0.6 as a
+    /// whole device), added to the whole devices; its memory stays, a sum. Exact for devices
+    /// shared by equal fractions, never short (a plan never launches too little for them). A
+    /// request any device of its kind may serve is counted in the kind's named slot alone
+    /// (`gpu`, which already adds devices up), so the planner's prices see no slot twice.
+    pub fn planning_need(&self, need: &[u64]) -> Box<[u64]> {
+        let mut v: Box<[u64]> = need.into();
+        for (g, &(kind, _)) in self.groups.iter().enumerate() {
+            let at = self.offset + DIMS * g;
+            let q = v[at + FRACTION];
+            let counted = if q > 0 {
+                SCALE / (SCALE / q.min(SCALE))
+            } else {
+                0
+            };
+            match self.positions[kind].0.filter(|_| self.all[kind] == g) {
+                Some(named) => {
+                    if q > 0 {
+                        v[named] = counted;
+                    }
+                    v[at..at + DIMS].fill(0);
+                }
+                None => {
+                    v[at + WHOLE] += counted;
+                    v[at + FRACTION] = 0;
+                }
+            }
+        }
+        v
+    }
+
+    /// A fresh instance's capacity in the planner's additive form: its whole devices, and their
+    /// memory summed (as many times the largest as it has devices of the group); for the group
+    /// of all a kind's devices, the kind's named slot alone ([`DeviceLayout::planning_need`]).
+    pub fn planning_capacity(&self, capacity: &[u64]) -> Box<[u64]> {
+        let mut v: Box<[u64]> = capacity.into();
+        for (g, &(kind, _)) in self.groups.iter().enumerate() {
+            let at = self.offset + DIMS * g;
+            if self.positions[kind].0.is_some() && self.all[kind] == g {
+                v[at..at + DIMS].fill(0);
+                continue;
+            }
+            v[at + FRACTION] = 0;
+            v[at + MEMORY] = v[at + MEMORY].saturating_mul(v[at + WHOLE] / SCALE);
+        }
+        v
+    }
+
+    /// People's words for the device part of a need: `2 whole gpu`, `gpu=0.5 of one device
+    /// with 10GiB free`, and the classes its group accepts.
+    pub fn describe(&self, need: &[u64]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (g, (kind, members)) in self.groups.iter().enumerate() {
+            let at = self.offset + DIMS * g;
+            let (whole, fraction) = (need[at + WHOLE], need[at + FRACTION]);
+            let kind_name = &self.kinds[*kind];
+            let what = if whole > 0 {
+                format!("{} whole {kind_name} device(s)", whole / SCALE)
+            } else if fraction > 0 {
+                let mem = need[at + MEMORY];
+                let mut s = format!(
+                    "{kind_name}={} on one device",
+                    Quantity::from_milli(fraction)
+                );
+                if mem > 0 {
+                    s.push_str(&format!(
+                        " with {} of its memory",
+                        crate::devices::bytes_text(Quantity::from_milli(mem))
+                    ));
+                }
+                s
+            } else {
+                continue;
+            };
+            let accepted: Vec<String> = self
+                .classes
+                .iter()
+                .enumerate()
+                .filter(|(c, _)| members[*c])
+                .map(|(_, (_, model, mem))| class_text(model, *mem))
+                .collect();
+            let all = self.all[*kind] == g;
+            out.push(match (all, accepted.is_empty()) {
+                (_, true) => format!("{what} (no device of the group matches its constraints)"),
+                (true, false) => what,
+                (false, false) => format!("{what} of {}", accepted.join(" or ")),
+            });
+        }
+        out
+    }
+}
+
+fn class_text(model: &str, memory: u64) -> String {
+    let model = if model.is_empty() {
+        "unknown model"
+    } else {
+        model
+    };
+    if memory == 0 {
+        model.to_string()
+    } else {
+        format!(
+            "{model} ({})",
+            crate::devices::bytes_text(Quantity::from_milli(memory))
+        )
+    }
+}
+
+/// A request's device asks, each with the group of classes it accepts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceNeed {
+    pub asks: Vec<(usize, DeviceAsk)>,
+}
+
+/// One agent's (or a fresh instance's) devices during a pass: what each has free.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ledger {
+    devices: Vec<DeviceSlot>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DeviceSlot {
+    /// Index in the agent's device list.
+    index: u32,
+    class: u32,
+    /// Share of one device it has, and has free (thousandths).
+    cap: u32,
+    free: u32,
+    mem_cap: u64,
+    mem_free: u64,
+}
+
+impl DeviceSlot {
+    fn idle(index: u32, class: u32, memory: u64) -> Self {
+        DeviceSlot {
+            index,
+            class,
+            cap: SCALE as u32,
+            free: SCALE as u32,
+            mem_cap: memory,
+            mem_free: memory,
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.cap as u64 == SCALE && self.free == self.cap && self.mem_free == self.mem_cap
+    }
+}
+
+impl Ledger {
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
+    }
+
+    /// Stand-ins for `total` thousandths of a kind given only as a number: whole devices and a
+    /// last one of the share left over, holding `used` in device order.
+    fn stand_in(&mut self, class: u32, total: u64, mut used: u64, index: &mut u32) {
+        let mut left = total.min(MAX_DEVICES as u64 * SCALE);
+        while left > 0 {
+            let cap = left.min(SCALE);
+            let taken = used.min(cap);
+            used -= taken;
+            left -= cap;
+            self.devices.push(DeviceSlot {
+                index: *index,
+                class,
+                cap: cap as u32,
+                free: (cap - taken) as u32,
+                mem_cap: 0,
+                mem_free: 0,
+            });
+            *index += 1;
+        }
+    }
+
+    /// The same devices with nothing held on them.
+    pub fn fresh(&self) -> Ledger {
+        let devices = self
+            .devices
+            .iter()
+            .map(|d| DeviceSlot {
+                free: d.cap,
+                mem_free: d.mem_cap,
+                ..*d
+            })
+            .collect();
+        Ledger { devices }
+    }
+
+    /// Whether the devices can hold the device part of `need`.
+    pub fn can_hold(&self, layout: &DeviceLayout, need: &[u64]) -> bool {
+        self.choose(layout, need).is_some()
+    }
+
+    /// Takes the device part of `need`: whole asks on idle devices in order, fractions on the
+    /// device of the group with the least free share that holds them (best fit: devices already
+    /// shared before idle ones, so idle devices stay whole). `None`, and nothing taken, when
+    /// they do not fit.
+    pub fn take(&mut self, layout: &DeviceLayout, need: &[u64]) -> Option<Vec<Grant>> {
+        let grants = self.choose(layout, need)?;
+        for g in &grants {
+            let d = self
+                .devices
+                .iter_mut()
+                .find(|d| d.index as usize == g.device)
+                .expect("a chosen device is in the ledger");
+            d.free -= g.share as u32;
+            d.mem_free -= g.memory;
+        }
+        Some(grants)
+    }
+
+    fn choose(&self, layout: &DeviceLayout, need: &[u64]) -> Option<Vec<Grant>> {
+        let mut grants: Vec<Grant> = Vec::new();
+        for (g, (_, members)) in layout.groups.iter().enumerate() {
+            let at = layout.offset + DIMS * g;
+            let (whole, fraction, memory) =
+                (need[at + WHOLE], need[at + FRACTION], need[at + MEMORY]);
+            let eligible = || {
+                self.devices
+                    .iter()
+                    .filter(|d| members[d.class as usize])
+                    .filter(|d| !grants.iter().any(|x| x.device == d.index as usize))
+            };
+            if whole > 0 {
+                let n = (whole / SCALE) as usize;
+                let idle: Vec<Grant> = eligible()
+                    .filter(|d| d.is_idle())
+                    .take(n)
+                    .map(|d| Grant {
+                        device: d.index as usize,
+                        share: u64::from(d.cap),
+                        memory: d.mem_cap,
+                    })
+                    .collect();
+                if idle.len() < n {
+                    return None;
+                }
+                grants.extend(idle);
+            } else if fraction > 0 {
+                let best = eligible()
+                    .filter(|d| u64::from(d.free) >= fraction && d.mem_free >= memory)
+                    .min_by_key(|d| (d.free, d.mem_free, d.index))?;
+                grants.push(Grant {
+                    device: best.index as usize,
+                    share: fraction,
+                    memory,
+                });
+            }
+        }
+        Some(grants)
+    }
+}
