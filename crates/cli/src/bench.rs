@@ -203,36 +203,31 @@ fn best_of<T>(runs: u32, mut f: impl FnMut() -> T) -> (f64, T) {
     (best, out.expect("at least one run"))
 }
 
+/// Times a whole pass over `snapshot` and prints its placements per second.
+fn placements_per_second(case: &str, runs: u32, snapshot: &corral_core::Snapshot) {
+    let (secs, decisions) = best_of(runs, || cycle(snapshot));
+    println!(
+        "{case} {:.0} placements/s",
+        decisions.placements.len() as f64 / secs
+    );
+    eprintln!(
+        "# {} placed, {} waiting, {:.1} ms per pass",
+        decisions.placements.len(),
+        decisions.waiting.len(),
+        secs * 1e3
+    );
+}
+
 fn core(runs: u32, seed: u64) -> Result<()> {
     // 100,000 pending sessions of mixed shapes onto 10,000 heterogeneous agents; the whole pass
     // (admission, trial placement, scaling, placement) is timed.
     let snapshot = workload::snapshot(PolicyKind::Fixed, 10_000, 100_000, seed);
-    let (secs, decisions) = best_of(runs, || cycle(&snapshot));
-    println!(
-        "schedule_100k_on_10k {:.0} placements/s",
-        decisions.placements.len() as f64 / secs
-    );
-    eprintln!(
-        "# {} placed, {} waiting, {:.1} ms per pass",
-        decisions.placements.len(),
-        decisions.waiting.len(),
-        secs * 1e3
-    );
+    placements_per_second("schedule_100k_on_10k", runs, &snapshot);
 
     // Devices one by one: 10,000 agents of 8 GPUs of two models, 100,000 sessions of whole
     // devices and fractions of one, half of them constrained to a model.
     let snapshot = workload::gpu_snapshot(10_000, 100_000, seed);
-    let (secs, decisions) = best_of(runs, || cycle(&snapshot));
-    println!(
-        "schedule_100k_on_10k_devices {:.0} placements/s",
-        decisions.placements.len() as f64 / secs
-    );
-    eprintln!(
-        "# {} placed, {} waiting, {:.1} ms per pass",
-        decisions.placements.len(),
-        decisions.waiting.len(),
-        secs * 1e3
-    );
+    placements_per_second("schedule_100k_on_10k_devices", runs, &snapshot);
     // How much of 1,000 agents' GPUs (8,000 devices) is allocated when the first request of a
     // seeded stream of whole and fractional ones (130% of their capacity, in order) finds no
     // room: what fragmentation leaves unusable (best fit on devices).

@@ -292,7 +292,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         index,
         dims: &pass.dims,
         free: &trial_free,
-        ledgers: &trial_ledgers,
+        ledgers: trial_ledgers,
         used: &used,
         unmet: &unmet_needs,
         arrived: &arrived,

@@ -34,14 +34,6 @@ impl SlotIndex {
         }
     }
 
-    /// With `names` added (kept sorted); before any device layout is set.
-    pub fn with_names(mut self, names: impl IntoIterator<Item = SlotName>) -> Self {
-        self.names.extend(names);
-        self.names.sort_unstable();
-        self.names.dedup();
-        self
-    }
-
     /// With the devices' dimensions after the names: `devices` must start at `self.names().len()`.
     pub fn with_devices(mut self, devices: DeviceLayout) -> Self {
         self.devices = devices;

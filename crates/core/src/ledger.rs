@@ -61,17 +61,29 @@ pub struct Grant {
 impl DeviceLayout {
     /// The layout of `kinds` over the classes of `devices`, starting at `offset`.
     pub fn new<'a>(
-        mut kinds: Vec<SlotName>,
+        kinds: Vec<SlotName>,
         devices: impl IntoIterator<Item = &'a Device>,
+        offset: usize,
+    ) -> Self {
+        let classes = devices
+            .into_iter()
+            .map(|d| (&d.kind, d.model.as_str(), d.memory.milli()));
+        Self::of_classes(kinds, classes, offset)
+    }
+
+    /// The layout of `kinds` over classes given as (kind, model, memory), starting at `offset`.
+    fn of_classes<'a>(
+        mut kinds: Vec<SlotName>,
+        classes: impl IntoIterator<Item = (&'a SlotName, &'a str, u64)>,
         offset: usize,
     ) -> Self {
         kinds.sort_unstable();
         kinds.dedup();
-        let mut keys: Vec<(usize, String, u64)> = devices
+        let mut keys: Vec<(usize, String, u64)> = classes
             .into_iter()
-            .filter_map(|d| {
-                let kind = kinds.binary_search(&d.kind).ok()?;
-                Some((kind, d.model.clone(), d.memory.milli()))
+            .filter_map(|(kind, model, memory)| {
+                let kind = kinds.binary_search(kind).ok()?;
+                Some((kind, model.to_string(), memory))
             })
             .collect();
         keys.sort_unstable();
@@ -109,41 +121,35 @@ impl DeviceLayout {
         agents: &[Agent],
         templates: &[InstanceTemplate],
     ) -> Self {
-        let stand_in = |kind: &SlotName, declared: bool, slots: &Slots| {
-            (!declared && !slots.get(kind.as_str()).is_zero()).then(|| Device {
-                id: String::new(),
-                kind: kind.clone(),
-                model: String::new(),
-                memory: Quantity::ZERO,
-                share: Quantity::from_milli(SCALE),
-                allocated: Quantity::ZERO,
-                allocated_memory: Quantity::ZERO,
-            })
+        // A kind some agent or template gives only as a number: its unknown-model class.
+        let stands_in = |kind: &SlotName| {
+            let by_number = |slots: &Slots, devices: &[Device]| {
+                !slots.get(kind.as_str()).is_zero() && !devices.iter().any(|d| &d.kind == kind)
+            };
+            let by_set = |slots: &Slots, sets: &[crate::devices::DeviceSet]| {
+                !slots.get(kind.as_str()).is_zero() && !sets.iter().any(|d| &d.kind == kind)
+            };
+            agents.iter().any(|a| by_number(&a.capacity, &a.devices))
+                || templates.iter().any(|t| by_set(&t.slots, &t.devices))
         };
-        let mut keys: Vec<Device> = Vec::new();
-        for kind in &kinds {
-            let legacy_agent = agents.iter().find_map(|a| {
-                stand_in(kind, a.devices.iter().any(|d| &d.kind == kind), &a.capacity)
-            });
-            let legacy_template = templates
-                .iter()
-                .find_map(|t| stand_in(kind, t.devices.iter().any(|d| &d.kind == kind), &t.slots));
-            keys.extend(legacy_agent.into_iter().chain(legacy_template));
-        }
-        let declared = agents.iter().flat_map(|a| a.devices.iter().cloned());
-        let sets = templates.iter().flat_map(|t| {
-            t.devices.iter().map(|set| Device {
-                id: String::new(),
-                kind: set.kind.clone(),
-                model: set.model.clone(),
-                memory: set.memory,
-                share: Quantity::from_milli(SCALE),
-                allocated: Quantity::ZERO,
-                allocated_memory: Quantity::ZERO,
-            })
-        });
-        keys.extend(declared.chain(sets));
-        let mut layout = DeviceLayout::new(kinds, &keys, names.len());
+        let stand_ins: Vec<&SlotName> = kinds.iter().filter(|k| stands_in(k)).collect();
+        let classes = stand_ins
+            .into_iter()
+            .map(|k| (k, "", 0))
+            .chain(
+                agents
+                    .iter()
+                    .flat_map(|a| &a.devices)
+                    .map(|d| (&d.kind, d.model.as_str(), d.memory.milli())),
+            )
+            .chain(
+                templates
+                    .iter()
+                    .flat_map(|t| &t.devices)
+                    .map(|d| (&d.kind, d.model.as_str(), d.memory.milli())),
+            );
+        // The classes borrow the kinds they name; the layout keeps its own list.
+        let mut layout = Self::of_classes(kinds.clone(), classes, names.len());
         layout.positions = layout
             .kinds
             .iter()
@@ -158,10 +164,6 @@ impl DeviceLayout {
     /// Where the device dimensions start: the number of named slots.
     pub fn offset(&self) -> usize {
         self.offset
-    }
-
-    pub fn kinds(&self) -> &[SlotName] {
-        &self.kinds
     }
 
     /// Dimensions after the named slots.
@@ -548,10 +550,6 @@ impl DeviceSlot {
 }
 
 impl Ledger {
-    pub fn is_empty(&self) -> bool {
-        self.devices.is_empty()
-    }
-
     /// Stand-ins for `total` thousandths of a kind given only as a number: whole devices and a
     /// last one of the share left over, holding `used` in device order.
     fn stand_in(&mut self, class: u32, total: u64, mut used: u64, index: &mut u32) {

@@ -21,7 +21,8 @@ pub struct ScaleInput<'a> {
     pub dims: &'a Dimensions,
     /// Per agent (as in `snapshot.agents`): free capacity after the trial placement.
     pub free: &'a [Vector],
-    /// Per agent: what its devices have free after the trial placement.
+    /// Per agent: what its devices have free after the trial placement (none without device
+    /// dimensions).
     pub ledgers: &'a [Ledger],
     /// Per agent: the trial placed something on it.
     pub used: &'a [bool],

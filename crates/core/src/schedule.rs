@@ -190,12 +190,9 @@ impl FreeIndex {
         self.devices.as_ref().map(|d| &d.ledgers[agent])
     }
 
-    /// Every agent's ledger (empty ones without devices).
-    pub fn ledgers(&self) -> Vec<Ledger> {
-        match &self.devices {
-            Some(d) => d.ledgers.clone(),
-            None => vec![Ledger::default(); self.free.len()],
-        }
+    /// Every agent's ledger; none when the index has no devices.
+    pub fn ledgers(&self) -> &[Ledger] {
+        self.devices.as_ref().map_or(&[], |d| &d.ledgers)
     }
 
     /// Whether the summary alone decides for `need` (else the agent's devices are looked at).
