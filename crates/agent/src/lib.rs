@@ -2,12 +2,15 @@
 //! heartbeat and carries what it runs and what ended), starts and stops sessions through a
 //! runtime, and uploads their logs and outputs. Every connection is opened by the agent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+mod admit;
 pub mod metadata;
+
+use admit::{Admit, OwnDevices};
 
 use corral_api::protocol::*;
 use corral_api::{Client, ClientError};
@@ -119,6 +122,12 @@ struct Agent {
     token: Mutex<String>,
     /// Sessions it runs, with what it was asked to run.
     running: Mutex<HashMap<String, Assignment>>,
+    /// Sessions taken but waiting for devices that sessions it stops still hold.
+    waiting: Mutex<Vec<Assignment>>,
+    /// Sessions it was told to stop that have not ended yet.
+    stopping: Mutex<HashSet<String>>,
+    /// The devices it joined with, which grants are checked against.
+    devices: OnceLock<OwnDevices>,
     ended: Ended,
     /// Log bytes the manager has, per session and stream.
     offsets: tokio::sync::Mutex<HashMap<(String, &'static str), u64>>,
@@ -149,6 +158,9 @@ pub async fn run(
         client,
         runtime,
         running: Mutex::default(),
+        waiting: Mutex::default(),
+        stopping: Mutex::default(),
+        devices: OnceLock::new(),
         ended: Ended::default(),
         offsets: tokio::sync::Mutex::default(),
     });
@@ -183,6 +195,10 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         labels: config.labels.clone(),
         devices,
     };
+    let _ = agent.devices.set(OwnDevices {
+        capacity: join.capacity.clone(),
+        devices: join.devices.clone(),
+    });
     tokio::fs::create_dir_all(&config.work_root).await?;
     // Sessions found running after a restart are re-adopted and reported; the manager says
     // which to stop.
@@ -244,16 +260,22 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             // Made before the reports are read, so an end between the read and the sync still
             // rings it (a Notified future counts from its creation).
             let bell = agent.ended.bell.notified();
-            let ids: Vec<String> = lock(&agent.running).keys().cloned().collect();
-            let mut sessions: Vec<SessionReport> = ids
-                .iter()
-                .map(|id| SessionReport {
-                    id: id.clone(),
-                    state: ReportedState::Running,
-                    exit_code: None,
-                    reason: None,
-                })
+            start_waiting(&agent).await;
+            let report = |id: &String, state| SessionReport {
+                id: id.clone(),
+                state,
+                exit_code: None,
+                reason: None,
+            };
+            let mut sessions: Vec<SessionReport> = lock(&agent.running)
+                .keys()
+                .map(|id| report(id, ReportedState::Running))
                 .collect();
+            sessions.extend(
+                lock(&agent.waiting)
+                    .iter()
+                    .map(|a| report(&a.id, ReportedState::Starting)),
+            );
             let finished: Vec<SessionReport> = lock(&agent.ended.reports).clone();
             sessions.extend(finished.iter().cloned());
             let draining = drain_at.is_some_and(|at| tokio::time::Instant::now() >= at);
@@ -285,6 +307,12 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
                     lock(&agent.ended.reports).retain(|r| !finished.contains(r));
                     for id in &resp.stop {
+                        let before = lock(&agent.waiting).len();
+                        lock(&agent.waiting).retain(|a| &a.id != id);
+                        if lock(&agent.waiting).len() < before {
+                            continue; // Never started: nothing to stop.
+                        }
+                        lock(&agent.stopping).insert(id.clone());
                         if let Err(e) = agent.runtime.stop(id, config.stop_grace).await {
                             tracing::warn!(session = id, error = %e, "stop failed");
                         }
@@ -340,20 +368,71 @@ fn spec_of(a: &Assignment, group: &str) -> SessionSpec {
     }
 }
 
+/// Starts the waiting sessions whose devices are free now; refuses those that can no longer
+/// have them.
+async fn start_waiting(agent: &Arc<Agent>) {
+    let waiting = std::mem::take(&mut *lock(&agent.waiting));
+    for a in waiting {
+        start(agent, a).await;
+    }
+}
+
+/// Whether `a`'s devices have room beside those its other sessions hold.
+fn admit(agent: &Agent, a: &Assignment) -> Admit {
+    let Some(own) = agent.devices.get() else {
+        return Admit::Start;
+    };
+    let running = lock(&agent.running);
+    let waiting = lock(&agent.waiting);
+    let held: Vec<(&str, &[corral_core::DeviceGrant])> = running
+        .values()
+        .chain(waiting.iter())
+        .filter(|h| h.id != a.id)
+        .map(|h| (h.id.as_str(), h.devices.as_slice()))
+        .collect();
+    own.admit(&a.devices, &held, &lock(&agent.stopping))
+}
+
+/// Reports a session it did not run.
+fn report_unrun(agent: &Agent, id: String, state: ReportedState, reason: String) {
+    lock(&agent.ended.reports).push(SessionReport {
+        id,
+        state,
+        exit_code: None,
+        reason: Some(reason),
+    });
+    agent.ended.bell.notify_waiters();
+}
+
 async fn start(agent: &Arc<Agent>, a: Assignment) {
-    if lock(&agent.running).contains_key(&a.id) {
-        return; // Already started; the manager had not heard yet.
+    if lock(&agent.running).contains_key(&a.id) || lock(&agent.waiting).iter().any(|w| w.id == a.id)
+    {
+        return; // Already taken; the manager had not heard yet.
+    }
+    match admit(agent, &a) {
+        Admit::Start => {}
+        Admit::Wait => {
+            tracing::info!(
+                session = a.id,
+                "waiting for devices a stopping session holds"
+            );
+            lock(&agent.waiting).push(a);
+            return;
+        }
+        Admit::Refuse(why) => {
+            tracing::warn!(
+                session = a.id,
+                why,
+                "refusing a placement its devices cannot hold"
+            );
+            report_unrun(agent, a.id, ReportedState::Refused, why);
+            return;
+        }
     }
     if let Err(why) = fetch_inputs(agent, &a).await {
         tracing::warn!(session = a.id, why, "inputs not staged");
-        let report = SessionReport {
-            id: a.id,
-            state: ReportedState::Failed,
-            exit_code: None,
-            reason: Some(format!("could not stage its inputs: {why}")),
-        };
-        lock(&agent.ended.reports).push(report);
-        agent.ended.bell.notify_waiters();
+        let reason = format!("could not stage its inputs: {why}");
+        report_unrun(agent, a.id, ReportedState::Failed, reason);
         return;
     }
     match agent
@@ -368,14 +447,12 @@ async fn start(agent: &Arc<Agent>, a: Assignment) {
         }
         Err(e) => {
             tracing::warn!(session = a.id, error = %e, "could not start");
-            let report = SessionReport {
-                id: a.id,
-                state: ReportedState::Failed,
-                exit_code: None,
-                reason: Some(format!("could not start: {e}")),
-            };
-            lock(&agent.ended.reports).push(report);
-            agent.ended.bell.notify_waiters();
+            report_unrun(
+                agent,
+                a.id,
+                ReportedState::Failed,
+                format!("could not start: {e}"),
+            );
         }
     }
 }
@@ -421,6 +498,7 @@ fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
             }
         }
         lock(&agent.running).remove(&a.id);
+        lock(&agent.stopping).remove(&a.id);
         lock(&agent.ended.reports).push(SessionReport {
             id: a.id.clone(),
             state,

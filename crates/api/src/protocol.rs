@@ -75,6 +75,13 @@ pub enum ReportedState {
     Running,
     Succeeded,
     Failed,
+    /// Taken, not started yet: a session it is stopping still holds the devices granted to
+    /// this one; it starts once they are free.
+    Starting,
+    /// Not run: its devices cannot hold what the manager granted (a device it does not have,
+    /// or one its other sessions fill); `reason` says which. The manager puts it back in the
+    /// queue.
+    Refused,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

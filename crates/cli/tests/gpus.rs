@@ -142,3 +142,62 @@ fn sessions_see_exactly_the_gpus_they_were_given() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_device_a_stopping_session_still_holds_is_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(dir.path());
+    let _dev = start_dev(dir.path());
+    let request = "cpu=1,gpu=1,gpu.model=A100-SXM4-40GB";
+    let pid_file = dir.path().join("holder.pid");
+    // The holder ignores SIGTERM: cancelled, it runs on for the agent's stop grace (10 s).
+    let holder = format!(
+        "trap '' TERM; echo $$ > {p}.part && mv {p}.part {p} && exec sleep 1000",
+        p = pid_file.display()
+    );
+    let out = corral(
+        dir.path(),
+        &[
+            "session",
+            "submit",
+            "--request",
+            request,
+            "--",
+            "sh",
+            "-c",
+            &holder,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    eventually("the holder to start", Duration::from_secs(20), || {
+        pid_file.exists()
+    });
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let out = corral(dir.path(), &["session", "cancel", &id]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // The manager frees the A100 at once and places the next session on it; the agent starts
+    // that one only once the holder is gone.
+    let check = format!(
+        r#"if kill -0 {pid} 2>/dev/null; then echo shared; else echo alone; fi; echo "$CUDA_VISIBLE_DEVICES""#
+    );
+    let out = corral(
+        dir.path(),
+        &[
+            "session",
+            "run",
+            "--request",
+            request,
+            "--",
+            "sh",
+            "-c",
+            &check,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), format!("alone\n{WHOLE_A100}\n"));
+}

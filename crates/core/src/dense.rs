@@ -23,10 +23,19 @@ impl SlotIndex {
         // A pass sees the same few names hundreds of thousands of times: a look-up in the few
         // seen so far costs less than sorting them all.
         let mut names: BTreeSet<&SlotName> = BTreeSet::new();
-        for name in sets.into_iter().flat_map(|s| s.names()) {
-            if !names.contains(name) {
-                names.insert(name);
+        let mut previous: Option<&Slots> = None;
+        for set in sets {
+            // Sets come in runs of the same names (agents alike, sessions alike): one equality
+            // test a name skips a set already seen.
+            if previous.is_some_and(|p| p.names().eq(set.names())) {
+                continue;
             }
+            for name in set.names() {
+                if !names.contains(name) {
+                    names.insert(name);
+                }
+            }
+            previous = Some(set);
         }
         SlotIndex {
             names: names.into_iter().cloned().collect(),

@@ -79,15 +79,24 @@ impl DeviceLayout {
     ) -> Self {
         kinds.sort_unstable();
         kinds.dedup();
-        let mut keys: Vec<(usize, String, u64)> = classes
+        // Borrowed and deduplicated first: thousands of devices share a few classes.
+        let mut keys: std::collections::BTreeSet<(usize, &str, u64)> = Default::default();
+        let mut previous = None;
+        for class in classes {
+            // Devices come in runs of one class (an agent's eight GPUs).
+            if previous == Some(class) {
+                continue;
+            }
+            previous = Some(class);
+            let (kind, model, memory) = class;
+            if let Ok(kind) = kinds.binary_search(kind) {
+                keys.insert((kind, model, memory));
+            }
+        }
+        let keys: Vec<(usize, String, u64)> = keys
             .into_iter()
-            .filter_map(|(kind, model, memory)| {
-                let kind = kinds.binary_search(kind).ok()?;
-                Some((kind, model.to_string(), memory))
-            })
+            .map(|(kind, model, memory)| (kind, model.to_string(), memory))
             .collect();
-        keys.sort_unstable();
-        keys.dedup();
         let mut class_of: HashMap<(usize, u64), Vec<(String, u32)>> = HashMap::new();
         for (i, (kind, model, memory)) in keys.iter().enumerate() {
             class_of

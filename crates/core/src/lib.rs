@@ -8,6 +8,7 @@ pub mod dense;
 pub mod devices;
 pub mod dimensions;
 pub mod governor;
+pub mod grants;
 pub mod ledger;
 pub mod model;
 #[cfg(feature = "openapi")]

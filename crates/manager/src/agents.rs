@@ -270,7 +270,10 @@ async fn sync(
         });
         let Some(record) = ours else {
             // Ended, cancelled, requeued elsewhere, or never ours: stop it (if it still runs).
-            if report.state == ReportedState::Running {
+            if matches!(
+                report.state,
+                ReportedState::Running | ReportedState::Starting
+            ) {
                 stop.push(report.id.clone());
             }
             continue;
@@ -283,6 +286,26 @@ async fn sync(
                     app.control.sessions.bump(&report.id);
                 }
             }
+            // Taken, waiting for devices a stopping session frees: not sent again.
+            ReportedState::Starting => running.push(report.id.clone()),
+            ReportedState::Refused if record.session.state == SessionState::Scheduled => {
+                let why = report.reason.as_deref().unwrap_or("no reason given");
+                let reason = format!("requeued: agent {id} refused it: {why}");
+                tracing::warn!(session = report.id, agent = id, why, "placement refused");
+                // Ended or moved meanwhile (a cancel between the read and now): nothing to do.
+                match app
+                    .store
+                    .requeue_session(&report.id, &id, now, &reason)
+                    .await
+                {
+                    Ok(()) | Err(corral_store::StoreError::Conflict { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                app.control.sessions.bump(&report.id);
+                app.control.wake(&record.session.group);
+            }
+            // Refusing what it already runs says nothing new: the running report stands.
+            ReportedState::Refused => {}
             ReportedState::Succeeded | ReportedState::Failed => {
                 let state = if report.state == ReportedState::Succeeded {
                     SessionState::Succeeded

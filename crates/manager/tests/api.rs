@@ -83,6 +83,90 @@ on_both!(
     }
 );
 
+on_both!(
+    grants_on_devices_given_as_a_number_are_counted_one_by_one,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let placed = |request: &'static str| {
+            let m = &m;
+            async move {
+                let (status, body) = submit(m, &m.admin, request).await;
+                assert_eq!(status, StatusCode::CREATED, "{body}");
+                let id = body["id"].as_str().unwrap().to_string();
+                let s = m.wait_session(&id, |s| s["state"] == "scheduled").await;
+                (id, s["devices"][0]["id"].as_str().unwrap().to_string())
+            }
+        };
+        let (half, on) = placed("gpu=0.5").await;
+        assert_eq!(on, "gpu0");
+        let (_, on) = placed("gpu=1").await;
+        assert_eq!(on, "gpu1", "a whole device is an idle one");
+        let r = m.post(&format!("/api/v1/sessions/{half}/cancel"), "").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        // gpu1 is held by its grant, not by whichever device the allocation's sum filled first.
+        let (_, on) = placed("gpu=1").await;
+        assert_eq!(on, "gpu0");
+    }
+);
+
+on_both!(
+    a_placement_the_agent_refuses_goes_back_to_the_queue,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let (_, body) = submit(&m, &m.admin, "gpu=1,cpu=2").await;
+        let id = body["id"].as_str().unwrap().to_string();
+        m.wait_session(&id, |s| s["state"] == "scheduled").await;
+        let report = format!(
+            r#"{{"sessions": [{{"id": "{id}", "state": "refused", "reason": "device \"gpu0\" is not one of this agent's devices"}}]}}"#
+        );
+        let r = m.post("/api/v1/agents/a1/sync", &report).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        let kinds = |events: &Value| -> Vec<String> {
+            let mut kinds: Vec<String> = events
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["kind"].as_str().unwrap().to_string())
+                .collect();
+            kinds.sort();
+            kinds
+        };
+        let path = format!("/api/v1/events?session={id}");
+        // Back in the queue, then placed again (the group is fixed: a1 has room).
+        let events = corral_testkit::eventually_async(
+            "the refused session to be placed again",
+            std::time::Duration::from_secs(10),
+            || async {
+                let events = m.get(&path).await.body;
+                if kinds(&events) == ["placed", "placed", "requeued"] {
+                    Ok(events)
+                } else {
+                    Err(events)
+                }
+            },
+        )
+        .await;
+        let requeued = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kind"] == "requeued")
+            .unwrap();
+        assert_eq!(
+            requeued["message"],
+            "requeued: agent a1 refused it: device \"gpu0\" is not one of this agent's devices"
+        );
+        let s = m.wait_session(&id, |s| s["state"] == "scheduled").await;
+        assert_eq!(s["agent"], "a1");
+        // What it held was freed before it was placed again: held once, not twice.
+        let agent = m.get("/api/v1/agents/a1").await.body;
+        assert_eq!(
+            agent["allocated"],
+            serde_json::json!({"cpu": "2", "gpu": "1"})
+        );
+    }
+);
+
 on_both!(a_session_that_must_wait_says_why, |m: Manager| async move {
     group_with_agent(&m).await;
     let (_, first) = submit(&m, &m.admin, "gpu=2").await;

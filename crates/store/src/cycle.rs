@@ -3,9 +3,7 @@
 use corral_core::schedule::{queue_order, QueueKey};
 use std::collections::BTreeMap;
 
-use corral_core::{
-    Device, DeviceGrant, InFlight, Quantity, Sequencer, Session, Snapshot, Timestamp,
-};
+use corral_core::{DeviceGrant, InFlight, Sequencer, Session, Snapshot, Timestamp};
 
 use crate::agents::{agent_columns, agent_from_row};
 use crate::catalog::{group_from_row, image_from_row};
@@ -88,25 +86,26 @@ impl Store {
             }
         }
         // What sessions hold on each device: the grants of those holding capacity, added up
-        // on their agents' device lists (the store keeps devices as reported, grants with
-        // sessions, so the two never disagree).
-        if agents.iter().any(|a| !a.devices.is_empty()) {
-            let held = sqlx::query(
-                "SELECT agent, devices FROM sessions WHERE group_name = $1 \
-                 AND state IN ('scheduled', 'running') AND devices <> '[]' AND agent IS NOT NULL",
-            )
-            .bind(group)
-            .fetch_all(&mut *tx)
-            .await?;
-            for row in &held {
-                let f = Fields::new(row, "session", "agent")?;
-                let agent = f.text("agent")?;
-                let grants: Vec<DeviceGrant> = f.json("devices")?;
-                if let Some(a) = agents.iter_mut().find(|a| a.id.0 == agent) {
-                    hold(&mut a.devices, &grants);
-                }
-            }
-        }
+        // on their agents' devices (the store keeps devices as reported, grants with sessions,
+        // so the two never disagree).
+        let held = sqlx::query(
+            "SELECT agent, devices FROM sessions WHERE group_name = $1 \
+             AND state IN ('scheduled', 'running') AND devices <> '[]' AND agent IS NOT NULL",
+        )
+        .bind(group)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| {
+            let f = Fields::new(row, "session", "agent")?;
+            Ok((f.text("agent")?, f.json::<Vec<DeviceGrant>>("devices")?))
+        })
+        .collect::<Result<Vec<_>>>()?;
+        corral_core::grants::account(
+            &mut agents,
+            &scaling_group.templates,
+            held.iter().map(|(a, g)| (a.as_str(), g.as_slice())),
+        );
         let images = sqlx::query("SELECT name, min_slots FROM images ORDER BY name")
             .fetch_all(&mut *tx)
             .await?
@@ -142,19 +141,4 @@ fn in_flight(rows: &[InstanceRecord]) -> Vec<InFlight> {
         f.since = f.since.min(r.requested_at);
     }
     by_template.into_values().collect()
-}
-
-/// Adds grants to what their devices hold (a grant of a device the agent no longer reports
-/// holds nothing).
-fn hold(devices: &mut [Device], grants: &[DeviceGrant]) {
-    for g in grants {
-        if let Some(d) = devices
-            .iter_mut()
-            .find(|d| d.id == g.id && d.kind == g.kind)
-        {
-            d.allocated = Quantity::from_milli(d.allocated.milli().saturating_add(g.share.milli()));
-            d.allocated_memory =
-                Quantity::from_milli(d.allocated_memory.milli().saturating_add(g.memory.milli()));
-        }
-    }
 }

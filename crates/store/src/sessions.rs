@@ -442,6 +442,54 @@ impl Store {
         Ok(())
     }
 
+    /// Agent `agent` refused a session placed on it that it had not started (its devices
+    /// could not hold the grant): puts it back in the queue, freeing what it held there, with
+    /// the reason in its history and an event, in one transaction. `Conflict` unless it was
+    /// scheduled on that agent.
+    pub async fn requeue_session(
+        &self,
+        id: &str,
+        agent: &str,
+        now: Timestamp,
+        reason: &str,
+    ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
+        let record = fetch_record(&mut tx, id, true, self)
+            .await?
+            .ok_or_else(|| StoreError::not_found("session", id))?;
+        let on_agent = record.session.agent.as_ref().is_some_and(|a| a.0 == agent);
+        if record.session.state != SessionState::Scheduled || !on_agent {
+            return Err(StoreError::conflict("session", id));
+        }
+        sqlx::query(
+            "UPDATE sessions SET state = 'pending', agent = NULL, allocation = NULL, \
+             devices = '[]', wait_reason = NULL, blocked_passes = 0, updated_at = $2 \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(now.0)
+        .execute(&mut *tx)
+        .await?;
+        insert_history(&mut tx, id, now, SessionState::Pending, reason).await?;
+        if let Some(held) = &record.allocation {
+            self.release(&mut tx, agent, held, now).await?;
+        }
+        insert_event(
+            &mut tx,
+            &NewEvent {
+                at: now,
+                group: Some(record.session.group.clone()),
+                session: Some(id.to_string()),
+                agent: Some(agent.to_string()),
+                kind: "requeued".into(),
+                message: reason.to_string(),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Takes `held` off the agent's allocation (never below zero), keeping `idle_since`.
     async fn release(&self, tx: &mut Tx, agent: &str, held: &Slots, now: Timestamp) -> Result<()> {
         let row =
