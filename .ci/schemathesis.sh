@@ -300,7 +300,9 @@ def before_call(ctx, case, kwargs):
         # A device constraint needs a request of its kind beside it, once per kind: a rule
         # across fields the schema cannot state (refused with 400, naming it).
         body.pop("constraints", None)
-    if path == "/api/v1/agents/join" and method == "POST":
+    if path == "/api/v1/groups/{name}/required" and method == "POST":
+        body.pop("constraints", None)  # as for POST /sessions
+    if path in ("/api/v1/agents", "/api/v1/agents/join") and method == "POST":
         # A device list must add up to the capacity of its kinds, ids once each: rules across
         # fields the schema cannot state (refused with 400, naming them).
         body.pop("devices", None)

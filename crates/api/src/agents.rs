@@ -21,6 +21,10 @@ pub struct RegisterAgent {
     pub labels: BTreeMap<String, String>,
     #[serde(default)]
     pub template: Option<String>,
+    /// Its devices one by one, as an agent joining lists them; a device kind in `capacity`
+    /// without a list here is that many devices of an unknown model.
+    #[serde(default)]
+    pub devices: Vec<corral_core::Device>,
 }
 
 /// `GET /agents`.

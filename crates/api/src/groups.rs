@@ -63,6 +63,10 @@ pub struct RequiredQuestion {
     pub request: Slots,
     #[serde(default)]
     pub image: Option<String>,
+    /// Which devices of a kind it accepts, as a session's constraints.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 8))]
+    pub constraints: Vec<corral_core::DeviceConstraint>,
 }
 
 /// The answer: the request as required shares, and whether the group could ever hold it.

@@ -92,6 +92,7 @@ async fn case(
             capacity: "cpu=1000000,mem=1000000GiB".parse()?,
             labels: Default::default(),
             template: None,
+            devices: Vec::new(),
         };
         target.post(&["agents"], &agent).await?;
     }

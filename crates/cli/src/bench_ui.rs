@@ -93,6 +93,7 @@ async fn case(
                 capacity: "cpu=4,mem=16GiB".parse()?,
                 labels: Default::default(),
                 template: Some(if i % 4 == 0 { "cpu-large" } else { "cpu-small" }.into()),
+                devices: Vec::new(),
             };
             c.post::<Value, _>(&["agents"], Some(&agent)).await?;
             Ok(())

@@ -313,6 +313,22 @@ fn an_infeasible_request_is_refused_with_the_reason() {
         required.contains("feasible  no") && required.contains("offers gpu=2"),
         "{required}"
     );
+    // Device constraints are read as at submit: its GPUs are of no known model.
+    let required = m
+        .admin(&[
+            "group",
+            "required",
+            "g1",
+            "--request",
+            "gpu=1,gpu.model=H100*",
+        ])
+        .ok()
+        .to_string();
+    assert!(
+        required.contains("feasible  no")
+            && required.contains("no device of the group matches its constraints"),
+        "{required}"
+    );
 }
 
 #[test]

@@ -97,7 +97,7 @@ async fn join(
             "an agent offers at least one slot",
         ));
     }
-    check_join_devices(&req)?;
+    check_agent_devices(&req.capacity, &req.devices)?;
     let group = app
         .store
         .get_group(&req.group)
@@ -1098,19 +1098,21 @@ async fn fail_overdue_inputs(
 /// An agent's device list: each device valid and once, and each listed kind's shares adding up
 /// to what its capacity says of that kind (`gpu=8` with 8 devices), so that the sums the
 /// scheduler reads and the devices it hands out agree.
-fn check_join_devices(req: &JoinRequest) -> Result<()> {
-    check_devices(&req.devices).map_err(|e| ApiError::invalid("devices", e.to_string()))?;
-    let mut kinds: Vec<&corral_core::SlotName> = req.devices.iter().map(|d| &d.kind).collect();
+pub(crate) fn check_agent_devices(
+    capacity: &corral_core::Slots,
+    devices: &[corral_core::Device],
+) -> Result<()> {
+    check_devices(devices).map_err(|e| ApiError::invalid("devices", e.to_string()))?;
+    let mut kinds: Vec<&corral_core::SlotName> = devices.iter().map(|d| &d.kind).collect();
     kinds.sort_unstable();
     kinds.dedup();
     for kind in kinds {
-        let listed: u64 = req
-            .devices
+        let listed: u64 = devices
             .iter()
             .filter(|d| &d.kind == kind)
             .map(|d| d.share.milli())
             .sum();
-        let declared = req.capacity.get(kind.as_str());
+        let declared = capacity.get(kind.as_str());
         if declared.milli() != listed {
             return Err(ApiError::invalid(
                 "devices",

@@ -167,6 +167,64 @@ on_both!(
     }
 );
 
+on_both!(
+    agents_registered_by_hand_list_devices_and_required_reads_constraints,
+    |m: Manager| async move {
+        group_with_agent(&m).await;
+        let h100 = r#"{"id": "a2", "group": "gpu", "capacity": "cpu=8,gpu=1",
+            "devices": [{"id": "GPU-7", "model": "NVIDIA H100 80GB HBM3", "memory": "80GiB"}]}"#;
+        let r = m.post("/api/v1/agents", h100).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        assert_eq!(r.body["devices"][0]["id"], "GPU-7");
+        // Two devices listed for gpu=1: refused, naming the field; nothing registered.
+        let bad = r#"{"id": "a3", "group": "gpu", "capacity": "gpu=1",
+            "devices": [{"id": "GPU-8"}, {"id": "GPU-9"}]}"#;
+        let r = m.post("/api/v1/agents", bad).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert!(
+            r.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("the devices of kind gpu add up to gpu=2, but the capacity says gpu=1"),
+            "{}",
+            r.body
+        );
+        assert_eq!(
+            m.get("/api/v1/agents/a3").await.status,
+            StatusCode::NOT_FOUND
+        );
+
+        let required = |constraints: &'static str| {
+            let m = &m;
+            async move {
+                let body = format!(r#"{{"request": "gpu=1", "constraints": {constraints}}}"#);
+                let r = m.post("/api/v1/groups/gpu/required", &body).await;
+                assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+                r.body
+            }
+        };
+        let r = required(r#"[{"kind": "gpu", "model": "H100*"}]"#).await;
+        assert_eq!(r["feasible"], true, "{r}");
+        let r = required(r#"[{"kind": "gpu", "model": "B200*"}]"#).await;
+        assert_eq!(r["feasible"], false, "{r}");
+        assert!(
+            r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("no device of the group matches its constraints"),
+            "{r}"
+        );
+        // A constraint without a request of its kind is refused as at submit.
+        let r = m
+            .post(
+                "/api/v1/groups/gpu/required",
+                r#"{"request": "cpu=1", "constraints": [{"kind": "gpu", "model": "H100*"}]}"#,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    }
+);
+
 on_both!(a_session_that_must_wait_says_why, |m: Manager| async move {
     group_with_agent(&m).await;
     let (_, first) = submit(&m, &m.admin, "gpu=2").await;

@@ -110,6 +110,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 capacity,
                 labels,
                 template,
+                devices: Vec::new(),
             };
             show(api.post(&["agents"], Some(&json(&body)?)).await?, out)?;
         }

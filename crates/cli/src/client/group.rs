@@ -120,9 +120,10 @@ pub enum Command {
     Required {
         /// The group's name.
         name: String,
-        /// The request, e.g. cpu=2,mem=4GiB,gpu=0.5.
+        /// The request, e.g. cpu=2,mem=4GiB,gpu=0.5, with device constraints as a session's
+        /// (gpu.model=A100*, gpu.mem>=40GiB).
         #[arg(long, value_name = "SLOTS")]
-        request: String,
+        request: corral_core::devices::Request,
         /// Image whose minimum slots apply.
         #[arg(long, value_name = "IMG")]
         image: Option<String>,
@@ -275,7 +276,11 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             image,
             out,
         } => {
-            let body = json!({"request": request, "image": image});
+            let body = json!({
+                "request": request.slots,
+                "image": image,
+                "constraints": request.constraints,
+            });
             let reply = api
                 .post(&["groups", &name, "required"], Some(&body))
                 .await?;

@@ -60,6 +60,7 @@ pub(super) async fn register_agent(
             "an agent offers at least one slot",
         ));
     }
+    crate::agents::check_agent_devices(&b.capacity, &b.devices)?;
     if let Some(existing) = app.store.get_agent(&b.id).await? {
         if existing.group != group.name || existing.state != AgentState::Terminated {
             return Err(ApiError::new(
@@ -81,7 +82,7 @@ pub(super) async fn register_agent(
         external: false,
         drained_by_hand: false,
         idle_since: Some(now),
-        devices: Vec::new(),
+        devices: b.devices,
     };
     let registered = corral_store::NewEvent {
         at: now,

@@ -107,10 +107,12 @@ pub(super) async fn required(
     Path(name): Path<String>,
     Body(b): Body<RequiredQuestion>,
 ) -> Result<Json<Required>> {
+    corral_core::devices::check_request(&b.request, &b.constraints, &[])
+        .map_err(|e| crate::error::ApiError::invalid("constraints", e.to_string()))?;
     let s = snapshot(&app, &name).await?;
     known_image(&s, b.image.as_deref())?;
     let required = s.required_for(&b.request, b.image.as_deref());
-    let verdict = admit(&s, &required, &[]);
+    let verdict = admit(&s, &required, &b.constraints);
     Ok(Json(Required {
         required,
         feasible: verdict.is_ok(),
