@@ -307,9 +307,13 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
                     lock(&agent.ended.reports).retain(|r| !finished.contains(r));
                     for id in &resp.stop {
-                        let before = lock(&agent.waiting).len();
-                        lock(&agent.waiting).retain(|a| &a.id != id);
-                        if lock(&agent.waiting).len() < before {
+                        let waited = {
+                            let mut waiting = lock(&agent.waiting);
+                            let before = waiting.len();
+                            waiting.retain(|a| &a.id != id);
+                            waiting.len() < before
+                        };
+                        if waited {
                             continue; // Never started: nothing to stop.
                         }
                         lock(&agent.stopping).insert(id.clone());

@@ -45,9 +45,9 @@ fn start_dev(dir: &Path) -> Proc {
     dev
 }
 
-/// Runs `request` printing its device variables; returns (visible devices, NVIDIA's, shares).
-fn devices_seen(dir: &Path, request: &str) -> (Vec<String>, String, String) {
-    let out = corral(
+/// `corral session run --request REQUEST -- sh -c SCRIPT`.
+fn run_sh(dir: &Path, request: &str, script: &str) -> std::process::Output {
+    corral(
         dir,
         &[
             "session",
@@ -57,8 +57,17 @@ fn devices_seen(dir: &Path, request: &str) -> (Vec<String>, String, String) {
             "--",
             "sh",
             "-c",
-            r#"echo "$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$CORRAL_GPU_SHARES""#,
+            script,
         ],
+    )
+}
+
+/// Runs `request` printing its device variables; returns (visible devices, NVIDIA's, shares).
+fn devices_seen(dir: &Path, request: &str) -> (Vec<String>, String, String) {
+    let out = run_sh(
+        dir,
+        request,
+        r#"echo "$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$CORRAL_GPU_SHARES""#,
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let line = text(&out.stdout);
@@ -185,19 +194,7 @@ fn a_device_a_stopping_session_still_holds_is_waited_for() {
     let check = format!(
         r#"if kill -0 {pid} 2>/dev/null; then echo shared; else echo alone; fi; echo "$CUDA_VISIBLE_DEVICES""#
     );
-    let out = corral(
-        dir.path(),
-        &[
-            "session",
-            "run",
-            "--request",
-            request,
-            "--",
-            "sh",
-            "-c",
-            &check,
-        ],
-    );
+    let out = run_sh(dir.path(), request, &check);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), format!("alone\n{WHOLE_A100}\n"));
 }

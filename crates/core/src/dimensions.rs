@@ -152,20 +152,6 @@ impl Dimensions {
 /// The device kinds of a snapshot: `gpu` wherever a slot or a device names it, and every kind
 /// a device list names.
 fn device_kinds(s: &Snapshot, names: &SlotIndex) -> Vec<SlotName> {
-    // Borrowed and deduplicated first: thousands of devices name the same few kinds, in runs.
-    let mut kinds: std::collections::BTreeSet<&SlotName> = Default::default();
-    let mut previous = None;
-    let listed = s.agents.iter().flat_map(|a| &a.devices).map(|d| &d.kind);
-    let declared = s.group.templates.iter().flat_map(|t| &t.devices);
-    for kind in listed.chain(declared.map(|d| &d.kind)) {
-        if previous != Some(kind) {
-            kinds.insert(kind);
-            previous = Some(kind);
-        }
-    }
-    let gpu = SlotName::new(GPU).expect("gpu is a slot name");
-    if names.names().iter().any(|n| n.as_str() == GPU) {
-        kinds.insert(&gpu);
-    }
-    kinds.into_iter().cloned().collect()
+    let with_gpu = names.names().iter().any(|n| n.as_str() == GPU);
+    crate::grants::listed_kinds(&s.agents, &s.group.templates, with_gpu)
 }

@@ -108,6 +108,31 @@ pub fn hold(devices: &mut [Device], grants: &[DeviceGrant]) {
     }
 }
 
+/// The kinds the devices of `agents` and `templates` name, sorted, and `gpu` too if
+/// `with_gpu`.
+pub fn listed_kinds(
+    agents: &[Agent],
+    templates: &[InstanceTemplate],
+    with_gpu: bool,
+) -> Vec<SlotName> {
+    // Borrowed and deduplicated first: thousands of devices name the same few kinds, in runs.
+    let mut kinds: std::collections::BTreeSet<&SlotName> = Default::default();
+    let mut previous = None;
+    let listed = agents.iter().flat_map(|a| &a.devices).map(|d| &d.kind);
+    let declared = templates.iter().flat_map(|t| &t.devices);
+    for kind in listed.chain(declared.map(|d| &d.kind)) {
+        if previous != Some(kind) {
+            kinds.insert(kind);
+            previous = Some(kind);
+        }
+    }
+    let gpu = SlotName::new(GPU).expect("gpu is a slot name");
+    if with_gpu {
+        kinds.insert(&gpu);
+    }
+    kinds.into_iter().cloned().collect()
+}
+
 /// The manager's account of a snapshot's devices: each agent's stand-ins made explicit (for
 /// `gpu` and every kind some agent or template lists devices of), the grants in `held` (agent
 /// id, grants) added on, and then the use an agent's allocation counts that no grant names
@@ -118,18 +143,7 @@ pub fn account<'a>(
     templates: &[InstanceTemplate],
     held: impl IntoIterator<Item = (&'a str, &'a [DeviceGrant])>,
 ) {
-    let mut kinds: Vec<SlotName> = agents
-        .iter()
-        .flat_map(|a| a.devices.iter().map(|d| d.kind.clone()))
-        .chain(
-            templates
-                .iter()
-                .flat_map(|t| t.devices.iter().map(|d| d.kind.clone())),
-        )
-        .chain([SlotName::new(GPU).expect("gpu is a slot name")])
-        .collect();
-    kinds.sort_unstable();
-    kinds.dedup();
+    let kinds = listed_kinds(agents, templates, true);
     let mut listed = Vec::with_capacity(agents.len());
     for a in agents.iter_mut() {
         listed.push(a.devices.len());
