@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 mod admit;
+mod checkpoint;
 pub mod metadata;
 
 use admit::{Admit, OwnDevices};
@@ -204,7 +205,8 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     // which to stop.
     for id in agent.runtime.running(&config.work_root).await? {
         tracing::info!(session = id, "re-adopting a session that still runs");
-        let adopted = Assignment {
+        let kept = checkpoint::load(&config.work_root, &id);
+        let adopted = kept.unwrap_or_else(|| Assignment {
             id: id.clone(),
             kind: Default::default(),
             image: None,
@@ -214,7 +216,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             outputs: Vec::new(),
             allocation: Slots::new(),
             devices: Vec::new(),
-        };
+        });
         lock(&agent.running).insert(id, adopted.clone());
         spawn_waiter(&agent, adopted);
     }
@@ -409,6 +411,11 @@ fn report_unrun(agent: &Agent, id: String, state: ReportedState, reason: String)
 }
 
 async fn start(agent: &Arc<Agent>, a: Assignment) {
+    // Its id names its directory.
+    if let Err(e) = corral_runtime::validate_id(&a.id) {
+        report_unrun(agent, a.id, ReportedState::Failed, e.to_string());
+        return;
+    }
     if lock(&agent.running).contains_key(&a.id) || lock(&agent.waiting).iter().any(|w| w.id == a.id)
     {
         return; // Already taken; the manager had not heard yet.
@@ -438,6 +445,14 @@ async fn start(agent: &Arc<Agent>, a: Assignment) {
         let reason = format!("could not stage its inputs: {why}");
         report_unrun(agent, a.id, ReportedState::Failed, reason);
         return;
+    }
+    // Without its record a restarted agent would still find the session, but not its outputs
+    // or devices: worth a warning, not worth refusing the session.
+    let (root, kept) = (agent.config.work_root.clone(), a.clone());
+    match tokio::task::spawn_blocking(move || checkpoint::save(&root, &kept)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(session = a.id, error = %e, "session record not kept"),
+        Err(e) => tracing::warn!(session = a.id, error = %e, "session record not kept"),
     }
     match agent
         .runtime

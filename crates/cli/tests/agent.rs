@@ -530,6 +530,54 @@ fn outputs_are_uploaded_as_trees_and_lost_outputs_fail_the_session() {
     );
 }
 
+/// An agent killed while its session runs and started again finds the session, and, from the
+/// record it kept beside it, still saves its outputs when it ends.
+#[test]
+fn an_agent_restarted_while_its_session_runs_still_saves_its_outputs() {
+    let c = Cluster::start(60);
+    assert!(c.cli(&["group", "create", "g"]).status.success());
+    let mut first = c.agent("a1", "g", "cpu=1");
+    let id = c.submit(&[
+        "--group",
+        "g",
+        "--request",
+        "cpu=1",
+        "--env",
+        "TOKEN=not-for-disk",
+        "--output",
+        "out.txt",
+        "--",
+        "sh",
+        "-c",
+        "echo started > started; while [ ! -e go ]; do sleep 0.05; done; echo kept > out.txt",
+    ]);
+    let session = c.dir.path().join("a1").join(&id);
+    c.until("the session runs", || {
+        session.join("work/started").exists().then_some(())
+    });
+    let record = std::fs::read_to_string(session.join("assignment.json")).unwrap();
+    assert!(record.contains("out.txt"), "{record}");
+    assert!(!record.contains("not-for-disk"), "{record}");
+
+    first.0.kill().unwrap(); // SIGKILL: the session goes on without it.
+    first.0.wait().unwrap();
+    let _second = c.agent("a1", "g", "cpu=1");
+    std::fs::write(session.join("work/go"), "").unwrap();
+    let s = c.until("the session ends", || {
+        let s = c.listed(&id);
+        matches!(s["state"].as_str(), Some("succeeded" | "failed")).then_some(s)
+    });
+    let files = c.json(&["session", "outputs", &id, "-o", "json"]);
+    assert_eq!(files[0]["path"], "out.txt", "{files} {s}");
+    let into = c.dir.path().join("downloaded");
+    let out = c.cli(&["session", "outputs", &id, "--dir", into.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(into.join("out.txt")).unwrap(),
+        "kept\n"
+    );
+}
+
 /// An id that cannot be a URL segment is refused at the join, once, and the agent says why
 /// and stops, instead of joining again at full speed.
 #[test]

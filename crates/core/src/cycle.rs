@@ -3,6 +3,8 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
+use foldhash::fast::FixedState;
+
 use crate::admission::Admission;
 use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
@@ -69,27 +71,39 @@ impl<'a> Pass<'a> {
         );
 
         // Equivalence classes of identical needs: identical named requests under identical
-        // constraints are resolved once.
-        let mut class_of: HashMap<(Vector, &[DeviceConstraint]), Result<usize, Infeasible>> =
-            HashMap::new();
+        // constraints are resolved once. The key is the named request and the number of its
+        // constraint list among the distinct ones, built in one buffer: a look-up allocates
+        // nothing.
+        let mut constraint_lists: HashMap<&[DeviceConstraint], u64, FixedState> =
+            HashMap::default();
+        let mut class_of: HashMap<Box<[u64]>, Result<usize, Infeasible>, FixedState> =
+            HashMap::default();
         let mut named_needs: Vec<(Vector, DeviceNeed)> = Vec::new();
+        let mut key: Vec<u64> = Vec::new();
         let classes: Vec<Result<usize, Infeasible>> = required
             .iter()
             .zip(&pending)
             .map(|(r, p)| {
-                let named = dims.named(r);
-                let key = (named, &p.constraints[..]);
-                if let Some(known) = class_of.get(&key) {
+                let constraints = &p.constraints[..];
+                let next = constraint_lists.len() as u64 + 1;
+                let list = match constraints {
+                    [] => 0,
+                    _ => *constraint_lists.entry(constraints).or_insert(next),
+                };
+                dims.named_into(r, &mut key);
+                key.push(list);
+                if let Some(known) = class_of.get(&key[..]) {
                     return known.clone();
                 }
+                let named = &key[..key.len() - 1];
                 let class = dims
-                    .resolve(&key.0, key.1)
+                    .resolve(named, constraints)
                     .map(|need| {
-                        named_needs.push((key.0.clone(), need));
+                        named_needs.push((named.into(), need));
                         named_needs.len() - 1
                     })
                     .map_err(|e| Infeasible::BadDevices(e.to_string()));
-                class_of.insert(key, class.clone());
+                class_of.insert(key[..].into(), class.clone());
                 class
             })
             .collect();

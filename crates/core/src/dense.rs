@@ -69,7 +69,16 @@ impl SlotIndex {
     /// The dense form of `slots` (device dimensions 0); every name of `slots` must be in the
     /// index.
     pub fn vector(&self, slots: &Slots) -> Vector {
-        let mut v = vec![0u64; self.len()].into_boxed_slice();
+        let mut v = Vec::new();
+        self.vector_into(slots, &mut v);
+        v.into_boxed_slice()
+    }
+
+    /// [`SlotIndex::vector`] into `v`, replacing what it held (a buffer used again allocates
+    /// nothing).
+    pub fn vector_into(&self, slots: &Slots, v: &mut Vec<u64>) {
+        v.clear();
+        v.resize(self.len(), 0);
         // Both are in name order: one walk, an equality test a step (the hot loop of a pass).
         let mut i = 0;
         for (name, q) in slots.iter() {
@@ -84,7 +93,6 @@ impl SlotIndex {
             v[i] = q.milli();
             i += 1;
         }
-        v
     }
 
     /// Back to named slots (device dimensions are left out).

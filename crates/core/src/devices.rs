@@ -39,6 +39,8 @@ pub enum DeviceError {
     BadDevice { id: String, why: String },
     #[error("device id {0:?} is listed twice")]
     DuplicateDevice(String),
+    #[error("the slots say {given}, but the devices add up to {listed}")]
+    SetTotals { given: String, listed: String },
 }
 
 /// One device of an agent, and what sessions hold of it now.
@@ -394,6 +396,60 @@ pub fn check_device_sets(sets: &[DeviceSet]) -> Result<(), DeviceError> {
     Ok(())
 }
 
+/// Checks a template's device sets and writes what they add up to into its slots, for each
+/// kind they name (`gpu=8,gpu.mem=640GiB` for eight 80GiB devices): every reader of a template's
+/// slots (the pass, the planner, the providers that hand them to a new agent) then sees what
+/// its devices bring. A total the slots already give must agree; memory only where every set of
+/// the kind says its memory.
+pub fn complete_template_slots(slots: &mut Slots, sets: &[DeviceSet]) -> Result<(), DeviceError> {
+    check_device_sets(sets)?;
+    let mut kinds: Vec<&SlotName> = sets.iter().map(|s| &s.kind).collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let too_large = |kind: &SlotName| DeviceError::BadDevice {
+        id: format!("{kind} sets"),
+        why: "their memory adds up beyond what an amount can hold".into(),
+    };
+    for kind in kinds {
+        let of_kind = || sets.iter().filter(move |s| &s.kind == kind);
+        let count: u64 = of_kind().map(|s| u64::from(s.count)).sum();
+        check_or_fill(slots, kind.clone(), Quantity::from_milli(count * SCALE))?;
+        if of_kind().all(|s| !s.memory.is_zero()) {
+            let memory = of_kind()
+                .try_fold(0u64, |sum, s| {
+                    s.memory
+                        .milli()
+                        .checked_mul(u64::from(s.count))
+                        .and_then(|m| sum.checked_add(m))
+                })
+                .ok_or_else(|| too_large(kind))?;
+            check_or_fill(
+                slots,
+                SlotName::new(&memory_slot(kind))?,
+                Quantity::from_milli(memory),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets `name` to `total` where `slots` do not give it, or checks that they agree.
+fn check_or_fill(slots: &mut Slots, name: SlotName, total: Quantity) -> Result<(), DeviceError> {
+    let given = slots.get(name.as_str());
+    if given.is_zero() {
+        slots.set(name, total);
+        return Ok(());
+    }
+    if given == total {
+        return Ok(());
+    }
+    let one = |q: Quantity| format!("{name}={}", q.display_for(&name));
+    Err(DeviceError::SetTotals {
+        given: one(given),
+        listed: one(total),
+    })
+}
+
 /// Whether `model` matches `pattern` (`*`, `?`; ASCII case ignored), as a whole or without its
 /// first word (the vendor: `NVIDIA A100-SXM4-80GB` matches `A100*`).
 pub fn model_matches(pattern: &str, model: &str) -> bool {
@@ -521,6 +577,58 @@ mod opt_bytes {
         let text = Option::<crate::slots::AmountText>::deserialize(d)?;
         text.map(|t| Quantity::parse("min_memory", &t.0).map_err(serde::de::Error::custom))
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod template_totals {
+    use super::*;
+
+    fn a100s(count: u32, memory: &str) -> DeviceSet {
+        DeviceSet {
+            kind: gpu_kind(),
+            model: "NVIDIA A100-SXM4-80GB".into(),
+            memory: Quantity::parse("gpu.mem", memory).unwrap(),
+            count,
+        }
+    }
+
+    fn completed(slots: &str, sets: &[DeviceSet]) -> Result<String, String> {
+        let mut slots: Slots = slots.parse().unwrap();
+        complete_template_slots(&mut slots, sets)
+            .map(|()| slots.to_string())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_slots_get_what_the_sets_add_up_to() {
+        let sets = [a100s(8, "80GiB"), a100s(2, "40GiB")];
+        assert_eq!(
+            completed("cpu=96", &sets).unwrap(),
+            "cpu=96,gpu=10,gpu.mem=720GiB"
+        );
+        // Already said, and agreeing: kept.
+        assert_eq!(
+            completed("cpu=96,gpu=10,gpu.mem=720GiB", &sets).unwrap(),
+            "cpu=96,gpu=10,gpu.mem=720GiB"
+        );
+    }
+
+    #[test]
+    fn slots_that_disagree_are_refused_naming_both_totals() {
+        assert_eq!(
+            completed("gpu=8,gpu.mem=80GiB", &[a100s(8, "80GiB")]).unwrap_err(),
+            "the slots say gpu.mem=80GiB, but the devices add up to gpu.mem=640GiB"
+        );
+    }
+
+    #[test]
+    fn memory_is_left_alone_where_a_set_does_not_say_it() {
+        let sets = [a100s(1, "80GiB"), a100s(1, "0")];
+        assert_eq!(
+            completed("gpu.mem=100GiB", &sets).unwrap(),
+            "gpu=2,gpu.mem=100GiB"
+        );
     }
 }
 

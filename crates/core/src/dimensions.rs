@@ -53,6 +53,11 @@ impl Builder {
         self.names.vector(request)
     }
 
+    /// [`Builder::named`] into a buffer.
+    pub fn named_into(&self, request: &Slots, v: &mut Vec<u64>) {
+        self.names.vector_into(request, v)
+    }
+
     /// What a request (over the named slots) asks of devices, or why devices cannot serve it.
     pub fn resolve(
         &mut self,

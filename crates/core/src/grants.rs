@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use crate::devices::{Device, DeviceGrant, GPU};
+use crate::devices::{Device, DeviceGrant, DeviceSet, GPU};
 use crate::ledger::MAX_DEVICES;
 use crate::model::{Agent, InstanceTemplate};
 use crate::slots::{Quantity, SlotName, Slots, SCALE};
@@ -96,16 +96,53 @@ pub fn with_stand_ins<'a>(
 /// Adds grants to what their devices hold (a grant of a device not in the list holds nothing:
 /// the agent no longer reports it).
 pub fn hold(devices: &mut [Device], grants: &[DeviceGrant]) {
+    change_held(devices, grants, u64::saturating_add);
+}
+
+/// Takes grants back from what their devices hold (their session ended).
+pub fn release(devices: &mut [Device], grants: &[DeviceGrant]) {
+    change_held(devices, grants, u64::saturating_sub);
+}
+
+fn change_held(devices: &mut [Device], grants: &[DeviceGrant], change: fn(u64, u64) -> u64) {
     for g in grants {
         if let Some(d) = devices
             .iter_mut()
             .find(|d| d.id == g.id && d.kind == g.kind)
         {
-            d.allocated = Quantity::from_milli(d.allocated.milli().saturating_add(g.share.milli()));
+            d.allocated = Quantity::from_milli(change(d.allocated.milli(), g.share.milli()));
             d.allocated_memory =
-                Quantity::from_milli(d.allocated_memory.milli().saturating_add(g.memory.milli()));
+                Quantity::from_milli(change(d.allocated_memory.milli(), g.memory.milli()));
         }
     }
+}
+
+/// The first device holding more than it has: its share, or its memory where that is known.
+pub fn overfull(devices: &[Device]) -> Option<&Device> {
+    devices
+        .iter()
+        .find(|d| d.allocated > d.share || (!d.memory.is_zero() && d.allocated_memory > d.memory))
+}
+
+/// A fresh instance's devices, as its template's sets say: named `{kind}0`, `{kind}1`, ... per
+/// kind, as the stand-ins are.
+pub fn of_sets(sets: &[DeviceSet]) -> Vec<Device> {
+    let mut devices: Vec<Device> = Vec::new();
+    for set in sets {
+        for _ in 0..(set.count as usize).min(MAX_DEVICES) {
+            let ordinal = devices.iter().filter(|d| d.kind == set.kind).count();
+            devices.push(Device {
+                id: format!("{}{ordinal}", set.kind),
+                kind: set.kind.clone(),
+                model: set.model.clone(),
+                memory: set.memory,
+                share: Quantity::from_milli(SCALE),
+                allocated: Quantity::ZERO,
+                allocated_memory: Quantity::ZERO,
+            });
+        }
+    }
+    devices
 }
 
 /// The kinds the devices of `agents` and `templates` name, sorted, and `gpu` too if

@@ -367,11 +367,18 @@ impl DeviceLayout {
     /// The ledger of a list of devices (devices of kinds or classes the layout does not know
     /// are left out: no request of the pass can use them).
     pub fn ledger(&self, devices: &[Device]) -> Ledger {
+        // Devices come in runs of one class (an agent's eight GPUs): looked up once a run.
+        let mut run: Option<(&Device, Option<u32>)> = None;
         let devices = devices
             .iter()
             .enumerate()
             .filter_map(|(index, d)| {
-                let class = self.class(d)?;
+                let class = match run {
+                    Some((p, class)) if same_class(p, d) => class,
+                    _ => self.class(d),
+                };
+                run = Some((d, class));
+                let class = class?;
                 let cap = d.share.milli().min(SCALE) as u32;
                 Some(DeviceSlot {
                     index: index as u32,
@@ -499,6 +506,11 @@ impl DeviceLayout {
         }
         out
     }
+}
+
+/// Whether two devices are of one class (kind, model, memory).
+fn same_class(a: &Device, b: &Device) -> bool {
+    a.memory == b.memory && a.kind == b.kind && a.model == b.model
 }
 
 fn class_text(model: &str, memory: u64) -> String {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::cycle::cycle;
 use crate::decisions::Decisions;
 use crate::dense::SlotIndex;
+use crate::devices::complete_template_slots;
 use crate::model::*;
 use crate::planner::{self, Offer};
 use crate::slots::Slots;
@@ -72,6 +73,8 @@ pub enum ProblemError {
     BadPrice { template: String },
     #[error("group: min_nodes ({min}) is above max_nodes ({max})")]
     MinAboveMax { min: u32, max: u32 },
+    #[error("template {template:?}: {why}")]
+    Devices { template: String, why: String },
     #[error("{what}: name or id is empty")]
     EmptyName { what: &'static str },
     #[error("policy.{field}: {value} is above the most allowed, {max}")]
@@ -143,7 +146,7 @@ impl Problem {
     pub fn into_snapshot(self) -> Result<Snapshot, ProblemError> {
         let g = self.group;
         let d = ScalingPolicy::default();
-        let group = ScalingGroup {
+        let mut group = ScalingGroup {
             name: g.name.unwrap_or_else(|| "default".into()),
             policy: ScalingPolicy {
                 kind: g.policy.unwrap_or(d.kind),
@@ -166,6 +169,14 @@ impl Problem {
             },
             templates: self.templates,
         };
+        for t in &mut group.templates {
+            complete_template_slots(&mut t.slots, &t.devices).map_err(|e| {
+                ProblemError::Devices {
+                    template: t.name.clone(),
+                    why: e.to_string(),
+                }
+            })?;
+        }
         group.validate()?;
         let known_template = |name: &str| group.templates.iter().any(|t| t.name == name);
         unique("agent", self.agents.iter().map(|a| a.id.0.as_str()))?;

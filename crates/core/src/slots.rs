@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -51,9 +52,44 @@ pub enum SlotError {
 }
 
 /// A validated slot name such as `cpu`, `mem`, `gpu` or `gpu.a100`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct SlotName(String);
+// Shared, not copied: a pass hands the same few names to every placement it decides, and a
+// name compared with a copy of itself is equal without reading it.
+#[derive(Debug, Clone, Eq)]
+pub struct SlotName(Arc<str>);
+
+// By content, as equality (equal pointers mean equal content).
+impl std::hash::Hash for SlotName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl PartialEq for SlotName {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl Ord for SlotName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return std::cmp::Ordering::Equal;
+        }
+        self.0.cmp(&other.0)
+    }
+}
+
+impl PartialOrd for SlotName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Serialize for SlotName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
 
 impl SlotName {
     pub fn new(name: &str) -> Result<Self, SlotError> {
@@ -67,7 +103,7 @@ impl SlotName {
         if !first_ok || !rest_ok || name.len() > 64 {
             return Err(SlotError::InvalidName(name.to_string()));
         }
-        Ok(SlotName(name.to_string()))
+        Ok(SlotName(name.into()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -266,7 +302,7 @@ impl Slots {
         let mut map = BTreeMap::new();
         for (name, q) in pairs {
             if map.contains_key(&name) {
-                return Err(SlotError::Duplicate(name.0));
+                return Err(SlotError::Duplicate(name.0.to_string()));
             }
             map.insert(name, q);
         }
@@ -311,7 +347,7 @@ impl Slots {
                     .0
                     .checked_add(q.0)
                     .ok_or_else(|| SlotError::Overflow {
-                        slot: name.0.clone(),
+                        slot: name.0.to_string(),
                     })?;
             out.set(name.clone(), Quantity(sum));
         }
@@ -326,7 +362,7 @@ impl Slots {
                 .0
                 .checked_sub(q.0)
                 .ok_or_else(|| SlotError::Underflow {
-                    slot: name.0.clone(),
+                    slot: name.0.to_string(),
                     lhs: have.display_for(name),
                     rhs: q.display_for(name),
                 })?;

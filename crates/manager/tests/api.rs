@@ -225,6 +225,61 @@ on_both!(
     }
 );
 
+#[tokio::test]
+async fn a_templates_device_sets_fill_in_its_slots_and_must_agree_with_them() {
+    let m = Manager::start(None).await;
+    let body = |slots: &str| {
+        serde_json::json!({
+            "name": "a100",
+            "policy": {"kind": "demand", "max_nodes": 2},
+            "templates": [{"name": "p4d", "slots": slots, "max": 2, "devices":
+                [{"model": "NVIDIA A100-SXM4-80GB", "memory": "80GiB", "count": 8}]}],
+        })
+        .to_string()
+    };
+    // Slots that say otherwise: refused, naming the field; nothing is created.
+    let r = m.post("/api/v1/groups", &body("cpu=96,gpu=4")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(r.body["error"]["details"]["field"], "templates[0].devices");
+    let message = r.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the slots say gpu=4, but the devices add up to gpu=8"),
+        "{message}"
+    );
+    assert_eq!(
+        m.get("/api/v1/groups/a100").await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    // Slots that do not say: the devices' totals are filled in.
+    let r = m.post("/api/v1/groups", &body("cpu=96")).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let slots = &m.get("/api/v1/groups/a100").await.body["templates"][0]["slots"];
+    assert_eq!(
+        slots,
+        &serde_json::json!({"cpu": "96", "gpu": "8", "gpu.mem": "640GiB"}),
+        "{slots}"
+    );
+    // So a fraction with memory fits a template's device, and a model it lacks does not.
+    let required = |request: &'static str, constraints: &'static str| {
+        let m = &m;
+        async move {
+            let body = format!(r#"{{"request": "{request}", "constraints": {constraints}}}"#);
+            let r = m.post("/api/v1/groups/a100/required", &body).await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+            r.body
+        }
+    };
+    let r = required(
+        "gpu=0.5,gpu.mem=40GiB",
+        r#"[{"kind": "gpu", "model": "A100*"}]"#,
+    )
+    .await;
+    assert_eq!(r["feasible"], true, "{r}");
+    let r = required("gpu=1", r#"[{"kind": "gpu", "model": "H100*"}]"#).await;
+    assert_eq!(r["feasible"], false, "{r}");
+}
+
 on_both!(a_session_that_must_wait_says_why, |m: Manager| async move {
     group_with_agent(&m).await;
     let (_, first) = submit(&m, &m.admin, "gpu=2").await;

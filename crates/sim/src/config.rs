@@ -119,7 +119,11 @@ impl SimConfig {
         for (key, value) in overrides {
             set(&mut doc, key, value)?;
         }
-        let config: SimConfig = doc.try_into()?;
+        let mut config: SimConfig = doc.try_into()?;
+        for (i, t) in config.templates.iter_mut().enumerate() {
+            corral_core::devices::complete_template_slots(&mut t.slots, &t.devices)
+                .map_err(|e| invalid(format!("templates[{i}].devices"), e.to_string()))?;
+        }
         config.validate()?;
         Ok(config)
     }

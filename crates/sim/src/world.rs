@@ -5,10 +5,11 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use corral_core::grants;
 use corral_core::schedule::{by_keys, queue_order, MAX_PENDING_PER_PASS};
 use corral_core::{
-    Agent, AgentId, AgentState, Decisions, Governor, HeadOfLine, InFlight, Sequencer, Session,
-    SessionId, SessionState, Slots, Snapshot, Timestamp, WaitReason,
+    Agent, AgentId, AgentState, Decisions, DeviceGrant, Governor, HeadOfLine, InFlight, Sequencer,
+    Session, SessionId, SessionState, SlotName, Slots, Snapshot, Timestamp, WaitReason,
 };
 
 use crate::clock::{Clock, Event};
@@ -27,6 +28,8 @@ pub struct SessionRecord {
     pub node: Option<usize>,
     /// What it took on its node: its required shares.
     pub slots: Slots,
+    /// The devices it was given there.
+    pub devices: Vec<DeviceGrant>,
     /// Why admission refused it.
     pub rejected: Option<String>,
 }
@@ -70,6 +73,8 @@ pub(crate) struct World<'a> {
     pub nodes: Vec<NodeRecord>,
     instances: BTreeMap<u64, Instance>,
     next_instance: u64,
+    /// The device kinds agents count one by one (`gpu`, and those templates list).
+    device_kinds: Vec<SlotName>,
     governor: Governor,
     rng: corral_core::workload::Rng,
     pub running: usize,
@@ -108,12 +113,14 @@ impl<'a> World<'a> {
                     ended: None,
                     node: None,
                     slots: Slots::new(),
+                    devices: Vec::new(),
                     rejected: None,
                 })
                 .collect(),
             nodes: Vec::new(),
             instances: BTreeMap::new(),
             next_instance: 0,
+            device_kinds: grants::listed_kinds(&[], &config.templates, true),
             governor: Governor::default(),
             rng: corral_core::workload::Rng::new(config.provisioning.seed),
             running: 0,
@@ -156,9 +163,13 @@ impl<'a> World<'a> {
         self.snapshot.agents.iter().map(|a| (node_of(&a.id), a))
     }
 
-    /// A new agent, taking sessions from `now`; returns its position among the agents.
+    /// A new agent, taking sessions from `now`, with its devices one by one (its template's
+    /// sets, and stand-ins for a kind given as a number), as the manager counts them; returns
+    /// its position among the agents.
     fn add_node(&mut self, template: Option<usize>, capacity: Slots, price: f64) -> usize {
         let now = self.snapshot.now;
+        let sets = template.map_or(&[][..], |t| &self.config.templates[t].devices);
+        let devices = grants::with_stand_ins(&grants::of_sets(sets), &capacity, &self.device_kinds);
         let node = self.nodes.len();
         let id = AgentId(format!("n{node:07}"));
         self.nodes.push(NodeRecord {
@@ -181,7 +192,7 @@ impl<'a> World<'a> {
             external: false,
             drained_by_hand: false,
             idle_since: Some(now),
-            devices: Vec::new(),
+            devices,
         });
         self.snapshot.agents.len() - 1
     }
@@ -240,11 +251,13 @@ impl<'a> World<'a> {
                 record.ended = Some(now);
                 let node = record.node.expect("a session that ends was placed");
                 let slots = record.slots.clone();
+                let devices = std::mem::take(&mut record.devices);
                 let id = self.nodes[node].id.clone();
                 let agent = self.agent_mut(&id)?;
                 agent.allocated = agent.allocated.checked_sub(&slots).map_err(|e| {
                     SimError::Engine(format!("agent {id} frees more than it holds: {e}"))
                 })?;
+                grants::release(&mut agent.devices, &devices);
                 if agent.is_idle() {
                     agent.idle_since = Some(now);
                     self.wake_after_idle_wait(clock);
@@ -395,6 +408,14 @@ impl<'a> World<'a> {
                 Some(a) if agent.state == AgentState::Alive && a.fits_in(&agent.capacity) => {
                     agent.allocated = a;
                     agent.idle_since = None;
+                    grants::hold(&mut agent.devices, &p.devices);
+                    if let Some(d) = grants::overfull(&agent.devices) {
+                        return Err(SimError::Engine(format!(
+                            "placing session {} on agent {} fills device {} beyond its share \
+                             ({} of {}) or memory",
+                            p.session, p.agent, d.id, d.allocated, d.share
+                        )));
+                    }
                 }
                 _ => {
                     return Err(SimError::Engine(format!(
@@ -408,6 +429,7 @@ impl<'a> World<'a> {
             record.started = Some(now);
             record.node = Some(node_of(&p.agent));
             record.slots = p.slots.clone();
+            record.devices = p.devices.clone();
             clock.at(now.plus_secs(self.jobs[j].duration_secs), Event::Finish(j));
             self.running += 1;
             self.started += 1;

@@ -65,6 +65,45 @@ fn a_fixed_agent_runs_the_queue_in_order_and_sessions_wait_for_room() {
     assert!(common::out_of_order(&outcome).is_empty());
 }
 
+/// Sessions of 0.6 hold 0.6 of each of two GPUs: 0.7 fits on neither until one ends, although
+/// 0.8 is free in sum; the same on an agent launched from a template that lists its devices.
+#[test]
+fn fractions_of_gpus_are_counted_device_by_device() {
+    let trace = parse_csv(
+        "submit,duration,cpu,gpu\n0,100,1,0.6\n0,100,1,0.6\n10,10,1,0.7\n",
+        true,
+    )
+    .expect("valid CSV");
+    let fixed = config("[[agents]]\nslots = { cpu = 4, gpu = 2 }\n");
+    let launched = config(
+        r#"
+        [policy]
+        kind = "demand"
+        max_nodes = 1
+
+        [[templates]]
+        name = "a100x2"
+        slots = { cpu = 4 }
+        max = 1
+        devices = [{ model = "NVIDIA A100-SXM4-80GB", memory = "80GiB", count = 2 }]
+        "#,
+    );
+    assert_eq!(
+        launched.templates[0].slots.to_string(),
+        "cpu=4,gpu=2,gpu.mem=160GiB"
+    );
+    for c in [fixed, launched] {
+        let (outcome, _) = replay(&trace, &c);
+        let started: Vec<i64> = outcome
+            .sessions
+            .iter()
+            .map(|s| s.started.expect("every session runs").0 / 1000)
+            .collect();
+        let first = started[0];
+        assert_eq!(started, [first, first, first + 100], "{c:?}");
+    }
+}
+
 const DEMAND: &str = r#"
     [policy]
     kind = "demand"

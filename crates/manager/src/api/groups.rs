@@ -61,11 +61,11 @@ fn provider_json(app: &App, provider: &ProviderConfig) -> Result<String> {
         .map_err(|e| ApiError::from(corral_store::StoreError::Corrupt(e.to_string())))
 }
 
-fn validated(group: ScalingGroup) -> Result<ScalingGroup> {
+fn validated(mut group: ScalingGroup) -> Result<ScalingGroup> {
     check_name("name", &group.name)?;
-    for (i, t) in group.templates.iter().enumerate() {
+    for (i, t) in group.templates.iter_mut().enumerate() {
         check_name(&format!("templates[{i}].name"), &t.name)?;
-        corral_core::devices::check_device_sets(&t.devices)
+        corral_core::devices::complete_template_slots(&mut t.slots, &t.devices)
             .map_err(|e| ApiError::invalid(&format!("templates[{i}].devices"), e.to_string()))?;
     }
     group
