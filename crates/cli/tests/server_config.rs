@@ -1,8 +1,45 @@
 //! `corral server --config FILE`: the file's keys are the flags' names; a flag given on the
-//! command line wins over the file; an unknown key is refused, naming the file and the key.
+//! command line wins over the file; an unknown key is refused, naming the file and the key. A
+//! second server on one SQLite data directory is refused, naming the first.
 mod common;
 
-use common::{start_manager, text, CORRAL};
+use std::time::Duration;
+
+use common::{eventually, free_port, start_manager, text, Cluster, Proc, CORRAL};
+
+#[test]
+fn a_second_server_on_the_same_data_directory_is_refused_naming_the_first() {
+    let c = Cluster::start(30);
+    let data = c.dir.path().join("data");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut second = Proc(
+        std::process::Command::new(CORRAL)
+            .args(["server", "--data-dir"])
+            .arg(&data)
+            .args(["--listen", &listen])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // (Were it let in, it would serve on: the wait fails, and dropping it kills it.)
+    let status = eventually("the second server to stop", Duration::from_secs(10), || {
+        second.0.try_wait().unwrap()
+    });
+    assert!(!status.success());
+    let mut stderr = String::new();
+    let mut pipe = second.0.stderr.take().unwrap();
+    std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
+    let first = c.server.as_ref().unwrap().0.id();
+    assert!(
+        stderr.contains(&format!(
+            "another manager (pid {first}) runs on this data directory"
+        )),
+        "{stderr}"
+    );
+    // The first goes on serving.
+    assert!(c.cli(&["group", "ls"]).status.success());
+}
 
 #[test]
 fn the_server_reads_its_settings_from_a_file_and_flags_win() {

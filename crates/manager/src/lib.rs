@@ -18,6 +18,7 @@ pub mod names;
 pub mod scaling;
 pub mod secrets;
 pub mod serve;
+mod single;
 mod submit;
 mod ui;
 mod views;
@@ -139,6 +140,15 @@ pub enum ManagerError {
     /// The TLS certificate or key named cannot be used.
     #[error("TLS: {}: {message}", path.display())]
     Tls { path: PathBuf, message: String },
+    /// Another manager runs on this SQLite data directory.
+    #[error(
+        "{}: another manager{} runs on this data directory, and a SQLite database has one \
+         manager: stop it first, or run several managers on one PostgreSQL database \
+         (--database-url)",
+        dir.display(),
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    DataDirInUse { dir: PathBuf, pid: Option<i32> },
 }
 
 impl From<std::io::Error> for ManagerError {
@@ -169,6 +179,8 @@ pub struct App {
     serving: Arc<serve::Serving>,
     batches: Arc<batch::Batches>,
     batch_sessions: Arc<batch_sessions::Follower>,
+    /// On SQLite: this manager's hold on its data directory ([`single`]).
+    _data_dir_lock: Option<Arc<single::DataDirLock>>,
 }
 
 pub fn now() -> Timestamp {
@@ -186,6 +198,11 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         config.tls.as_ref(),
     )?);
     protect_data_dir(&config.data_dir)?;
+    // Before anything in it is read or written: a second manager on SQLite touches nothing.
+    let data_dir_lock = match config.database_url {
+        Some(_) => None,
+        None => Some(single::take(&config.data_dir)?),
+    };
     let (secrets, created_key) = secrets::SecretKey::load(&config.secrets_key, &config.data_dir)?;
     let secrets = Arc::new(secrets);
     let store = match &config.database_url {
@@ -220,6 +237,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         health: Arc::default(),
         batches: Arc::default(),
         batch_sessions: Arc::default(),
+        _data_dir_lock: data_dir_lock.map(Arc::new),
     };
     tokio::spawn(agents::watch_liveness(app.clone()));
     tokio::spawn(agents::watch_termination(app.clone()));
