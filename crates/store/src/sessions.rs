@@ -378,26 +378,8 @@ impl Store {
         .bind(exit_code.map(i64::from))
         .execute(&mut *tx)
         .await?;
-        insert_history(&mut tx, id, now, state, reason).await?;
-        if let (true, Some(agent), Some(held)) = (
-            before.holds_capacity(),
-            &record.session.agent,
-            &record.allocation,
-        ) {
-            self.release(&mut tx, &agent.0, held, now).await?;
-        }
-        insert_event(
-            &mut tx,
-            &NewEvent {
-                at: now,
-                group: Some(record.session.group.clone()),
-                session: Some(id.to_string()),
-                agent: record.session.agent.as_ref().map(|a| a.0.clone()),
-                kind: name_of(&state),
-                message: reason.to_string(),
-            },
-        )
-        .await?;
+        self.left_state(&mut tx, &record, state, name_of(&state), reason, now)
+            .await?;
         let ended = fetch_record(&mut tx, id, false, self)
             .await?
             .ok_or_else(|| StoreError::not_found("session", id))?;
@@ -470,27 +452,46 @@ impl Store {
         .bind(now.0)
         .execute(&mut *tx)
         .await?;
-        insert_history(&mut tx, id, now, SessionState::Pending, reason).await?;
-        if let Some(held) = &record.allocation {
-            self.release(&mut tx, agent, held, now).await?;
-        }
-        insert_event(
-            &mut tx,
-            &NewEvent {
-                at: now,
-                group: Some(record.session.group.clone()),
-                session: Some(id.to_string()),
-                agent: Some(agent.to_string()),
-                kind: "requeued".into(),
-                message: reason.to_string(),
-            },
-        )
-        .await?;
+        let kind = "requeued".to_string();
+        self.left_state(&mut tx, &record, SessionState::Pending, kind, reason, now)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
 
     /// Takes `held` off the agent's allocation (never below zero), keeping `idle_since`.
+    /// What a session leaving the state `record` read goes with, in the same transaction: its
+    /// history row (now in `to`), what it held on its agent given back, and an event of `kind`.
+    async fn left_state(
+        &self,
+        tx: &mut Tx,
+        record: &SessionRecord,
+        to: SessionState,
+        kind: String,
+        reason: &str,
+        now: Timestamp,
+    ) -> Result<()> {
+        let session = &record.session;
+        insert_history(tx, &session.id.0, now, to, reason).await?;
+        if let (true, Some(agent), Some(held)) = (
+            session.state.holds_capacity(),
+            &session.agent,
+            &record.allocation,
+        ) {
+            self.release(tx, &agent.0, held, now).await?;
+        }
+        let event = NewEvent {
+            at: now,
+            group: Some(session.group.clone()),
+            session: Some(session.id.0.clone()),
+            agent: session.agent.as_ref().map(|a| a.0.clone()),
+            kind,
+            message: reason.to_string(),
+        };
+        insert_event(tx, &event).await?;
+        Ok(())
+    }
+
     async fn release(&self, tx: &mut Tx, agent: &str, held: &Slots, now: Timestamp) -> Result<()> {
         let row =
             sqlx::query(self.locking(locked!("SELECT id, allocated FROM agents WHERE id = $1")))
