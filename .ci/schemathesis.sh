@@ -310,6 +310,12 @@ def before_call(ctx, case, kwargs):
         # A device list must add up to the capacity of its kinds, ids once each: rules across
         # fields the schema cannot state (refused with 400, naming them).
         body.pop("devices", None)
+    if path == "/api/v1/agents/external/challenge" and method == "POST":
+        body["group"] = "fx"
+    if path == "/api/v1/agents/external/join" and isinstance(body.get("agent"), dict):
+        body["agent"]["group"] = "fx"
+        body["agent"].pop("devices", None)  # as for POST /agents/join
+        fix_slots(body["agent"])
     if isinstance(body.get("image"), str):
         body["image"] = "fx-image"
     if path == "/api/v1/agents" and isinstance(body.get("template"), str):

@@ -47,8 +47,10 @@ fn backoff(first: Duration, cap: Duration) -> impl Iterator<Item = Duration> {
 pub struct Config {
     /// The manager's URL, e.g. `http://127.0.0.1:8470`.
     pub manager: String,
-    /// The bootstrap token it joins with.
+    /// The bootstrap token it joins with (empty for an external agent, which has `key`).
     pub token: String,
+    /// An external agent's key: it joins, and joins again, by signing the manager's challenge.
+    pub key: Option<std::sync::Arc<corral_api::agent_keys::AgentKey>>,
     pub id: String,
     pub group: String,
     /// What it offers; `None` detects CPU, memory and GPUs.
@@ -76,6 +78,10 @@ pub enum AgentError {
     Api(#[from] ClientError),
     #[error("runtime: {0}")]
     Runtime(#[from] corral_runtime::RuntimeError),
+    /// The manager told it to leave (its key was revoked, or its group no longer takes
+    /// external agents); its sessions were stopped.
+    #[error("the manager dismissed this agent: {0}")]
+    Dismissed(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -237,12 +243,20 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         // Joining again (the manager forgot this agent) uses the agent's own token: a one-time
         // bootstrap token is spent; the bootstrap token is the fallback.
         let own = lock(&agent.token).clone();
-        let mut attempt = agent.client.with_token(&own).join(&join).await;
-        if own != config.token
-            && matches!(attempt, Err(ref e) if matches!(e.status(), Some(401 | 403)))
-        {
-            attempt = agent.client.join(&join).await;
-        }
+        let attempt = match &config.key {
+            // The manager takes an external agent's joins by its key only.
+            Some(key) => agent.client.join_with_key(key, &join).await,
+            None => {
+                let attempt = agent.client.with_token(&own).join(&join).await;
+                if own != config.token
+                    && matches!(attempt, Err(ref e) if matches!(e.status(), Some(401 | 403)))
+                {
+                    agent.client.join(&join).await
+                } else {
+                    attempt
+                }
+            }
+        };
         let joined = match attempt {
             Ok(j) => j,
             Err(e @ ClientError::Refused { .. }) => return Err(e.into()),
@@ -322,6 +336,10 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                         if let Err(e) = agent.runtime.stop(id, config.stop_grace).await {
                             tracing::warn!(session = id, error = %e, "stop failed");
                         }
+                    }
+                    if let Some(reason) = resp.leave {
+                        // Its sessions were stopped above; the manager lets it go.
+                        return Err(AgentError::Dismissed(reason));
                     }
                     for assignment in resp.start {
                         start(&agent, assignment).await;

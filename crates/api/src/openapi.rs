@@ -27,6 +27,16 @@ schema_type!(
     })
 );
 
+schema_type!(
+    /// An Ed25519 public key (`agent_keys::PublicKey`): `ed25519:` and its 32 bytes in base64,
+    /// 43 digits (the last with its two low bits zero) and one `=`; a comment may follow.
+    PublicKey = json!({
+        "type": "string",
+        "pattern": r"^ed25519:[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=(\s.*)?$",
+        "example": "ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="
+    })
+);
+
 /// A variable name, as a session's environment takes it.
 pub const VARIABLE_NAME: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
 

@@ -91,6 +91,11 @@ pub struct SyncResponse {
     pub start: Vec<Assignment>,
     /// Sessions it runs that the manager no longer wants there.
     pub stop: Vec<String>,
+    /// Set when the agent is dismissed, with the reason (an external agent whose key was
+    /// revoked, or whose group no longer takes external agents): it stops every session
+    /// (`stop` names them) and leaves; the manager marks it lost once it falls silent.
+    #[serde(default)]
+    pub leave: Option<String>,
 }
 
 /// A session to start, with everything the agent needs.

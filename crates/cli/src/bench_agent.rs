@@ -125,6 +125,7 @@ async fn start_latency(count: usize) -> Result<()> {
         stop_grace: Duration::from_secs(1),
         ca_file: None,
         drain_after: None,
+        key: None,
     };
     let runtime =
         corral_runtime::Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()));

@@ -143,6 +143,11 @@ pub fn run(command: Command) -> Result<()> {
             Command::Group { conn, command } => group::run(&conn.api()?, command).await,
             Command::Image { conn, command } => image::run(&conn.api()?, command).await,
             Command::Session { conn, command } => session::run(&conn.api()?, command).await,
+            // Needs no manager.
+            Command::Agent {
+                command: Some(agent::Command::Keygen { out }),
+                ..
+            } => agent::keygen(&out),
             Command::Agent {
                 conn,
                 command: Some(command),

@@ -69,6 +69,10 @@ pub struct AgentArgs {
     /// empty before the batch system kills it.
     #[arg(long, env = corral_api::identity::ENV_DRAIN_AFTER, value_name = "SECS")]
     pub drain_after: Option<u64>,
+    /// An external agent's private key (`corral agent keygen`): it joins without a token, by
+    /// proving it holds a key registered for the group (`corral group key add`).
+    #[arg(long, env = "CORRAL_AGENT_KEY", value_name = "FILE")]
+    pub key: Option<PathBuf>,
     /// The instance metadata service (IMDSv2).
     #[arg(
         long,
@@ -144,12 +148,32 @@ pub fn run_agent(
             "say which group to join: --group G, CORRAL_AGENT_GROUP, or --metadata kubernetes|aws"
         );
     };
+    let key = args
+        .key
+        .as_deref()
+        .map(|path| -> Result<_> {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--key: reading {}", path.display()))?;
+            let key = corral_api::agent_keys::AgentKey::from_pem(&text)
+                .with_context(|| format!("--key {}", path.display()))?;
+            Ok(std::sync::Arc::new(key))
+        })
+        .transpose()?;
+    // An external agent proves who it is with its key: it has no token, and takes none from
+    // the client's config file (which may hold an admin's).
+    let token = token.or(found.token);
+    let given = token.as_deref().or(key.as_ref().map(|_| "unused"));
     let resolved = crate::client::config::resolve(
         server.or(found.manager).as_deref(),
-        token.or(found.token).as_deref(),
+        given,
         ca_file.as_deref(),
     )?;
-    let (server, token) = (resolved.server, resolved.token);
+    let server = resolved.server;
+    let token = if key.is_some() {
+        String::new()
+    } else {
+        resolved.token
+    };
     let capacity = args
         .capacity
         .as_deref()
@@ -175,6 +199,7 @@ pub fn run_agent(
         stop_grace: Duration::from_secs(10),
         ca_file: resolved.ca_file,
         drain_after: args.drain_after.map(Duration::from_secs),
+        key,
     };
     crate::init_logs(args.log_format);
     rt.block_on(async {
@@ -267,6 +292,7 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             stop_grace: Duration::from_secs(10),
             ca_file: None,
             drain_after: None,
+            key: None,
         };
         let runtime = runtime_of(args.runtime, "dev-agent").await?;
         let mut agent = tokio::spawn(corral_agent::run(agent, runtime, std::future::pending()));

@@ -103,6 +103,30 @@ pub struct ScalingPolicy {
     pub on_agent_lost: OnAgentLost,
     /// When running sessions are ended by the group rather than by themselves.
     pub termination: Termination,
+    /// Whether agents from outside the provider may join, with a registered key.
+    pub external: ExternalAgents,
+}
+
+/// Agents that no provider of the group launched: they join by proving they hold a key
+/// registered for the group, up to `limit` at once. The policy never marks or terminates them,
+/// and they do not count toward `max_nodes`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ExternalAgents {
+    /// Off: no external agent joins, and those in the group are told to leave.
+    pub enabled: bool,
+    /// External agents taking part (alive or marked) at most.
+    pub limit: u32,
+}
+
+impl Default for ExternalAgents {
+    fn default() -> Self {
+        ExternalAgents {
+            enabled: false,
+            limit: 10,
+        }
+    }
 }
 
 /// When the group ends running sessions: interactive ones left idle, and any past a lifetime.
@@ -195,6 +219,7 @@ impl Default for ScalingPolicy {
             max_launches_per_pass: 1000,
             on_agent_lost: OnAgentLost::Requeue,
             termination: Termination::default(),
+            external: ExternalAgents::default(),
         }
     }
 }

@@ -160,6 +160,7 @@ impl Problem {
                 max_launches_per_pass: g.max_launches_per_pass.unwrap_or(d.max_launches_per_pass),
                 on_agent_lost: g.on_agent_lost.unwrap_or(d.on_agent_lost),
                 termination: g.termination.unwrap_or(d.termination),
+                external: d.external,
             },
             scheduler: SchedulerConfig {
                 sequencer: g.scheduler.unwrap_or_default(),

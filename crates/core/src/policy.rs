@@ -466,8 +466,8 @@ impl Budget {
     }
 }
 
-/// The launches left under `max_nodes` (counting agents not terminated and `in_flight`
-/// instances) and `max_launches_per_pass`; none during the cooldown. Launches for the unmet
+/// The launches left under `max_nodes` (counting agents not terminated, external ones aside, and
+/// `in_flight` instances) and `max_launches_per_pass`; none during the cooldown. Launches for the unmet
 /// sessions in `rest` wait while their burst goes on: until none of those a template could hold
 /// arrived for `batch_idle_ms`, or the first of them has waited `batch_max_ms`.
 fn launch_budget(
@@ -481,7 +481,7 @@ fn launch_budget(
     let nodes = s
         .agents
         .iter()
-        .filter(|a| a.state != AgentState::Terminated)
+        .filter(|a| a.state != AgentState::Terminated && !a.external)
         .count() as u32;
     let room = policy.max_nodes.saturating_sub(nodes + in_flight);
     let mut launches = room.min(policy.max_launches_per_pass);

@@ -244,6 +244,17 @@ fn cooldown_and_max_nodes_hold_launches_back_and_say_so() {
         )]
     );
 
+    // An external agent does not count toward max_nodes: with a1 external, one is launched.
+    let mut external = agent("a1", "g1", G1, "gpu=1", "alive");
+    external["external"] = json!(true);
+    let d = cycle(&snapshot(json!({
+        "group": {"policy": "demand", "max_nodes": 1, "batch_idle_ms": 0, "batch_max_ms": 0},
+        "templates": templates(),
+        "agents": [external],
+        "sessions": [session("s1", "gpu=1")]
+    })));
+    assert_eq!(launches(&d).len(), 1, "{:?}", d.waiting);
+
     // At max_nodes, the reason is max_nodes even when a launch budget was spent too.
     let mut s = s;
     s.launch_limits.insert(

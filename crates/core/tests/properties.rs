@@ -86,7 +86,7 @@ prop_compose! {
                 policy: ScalingPolicy {
                     kind: if demand { PolicyKind::Demand } else { PolicyKind::Fixed },
                     min_nodes: min, max_nodes: min + extra, headroom: slots(headroom_cpu, headroom_gpu),
-                    idle_wait_secs: 300, cooldown_secs: 60, batch_idle_ms: 0, batch_max_ms: 0, max_launches_per_pass: 100, on_agent_lost: OnAgentLost::Requeue, termination: Termination::default(),
+                    idle_wait_secs: 300, cooldown_secs: 60, batch_idle_ms: 0, batch_max_ms: 0, max_launches_per_pass: 100, on_agent_lost: OnAgentLost::Requeue, termination: Termination::default(), external: ExternalAgents::default(),
                 },
                 scheduler: SchedulerConfig {
                     sequencer: [Sequencer::Fifo, Sequencer::Lifo, Sequencer::Priority, Sequencer::Drf][sequencer as usize],
@@ -147,8 +147,10 @@ proptest! {
         let alive = |t: Option<&str>| s.agents.iter().filter(|a| a.state != AgentState::Terminated && (t.is_none() || a.template.as_deref() == t)).count() as u32;
         let flying = |t: Option<&str>| s.in_flight.iter().filter(|f| t.is_none() || Some(f.template.as_str()) == t).map(|f| f.count).sum::<u32>();
         let launched = |t: Option<&str>| d.launches.iter().filter(|l| t.is_none() || Some(l.template.as_str()) == t).map(|l| l.count).sum::<u32>();
+        // External agents do not count toward max_nodes.
+        let nodes = s.agents.iter().filter(|a| a.state != AgentState::Terminated && !a.external).count() as u32;
         if launched(None) > 0 {
-            prop_assert!(alive(None) + flying(None) + launched(None) <= s.group.policy.max_nodes);
+            prop_assert!(nodes + flying(None) + launched(None) <= s.group.policy.max_nodes);
             prop_assert!(launched(None) <= s.group.policy.max_launches_per_pass);
         }
         for t in &s.group.templates {

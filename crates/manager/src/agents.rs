@@ -90,6 +90,36 @@ async fn join(
     joiner: Joiner,
     Body(req): Body<JoinRequest>,
 ) -> Result<impl IntoResponse> {
+    let (group, existing) = checked_join(&app, &req).await?;
+    check_group_of(existing.as_ref(), &group)?;
+    if let Some(a) = existing
+        .as_ref()
+        .filter(|a| a.external && a.state != AgentState::Terminated)
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "agent {:?} is external: it joins again with its key (corral agent --key)",
+                a.id.0
+            ),
+        ));
+    }
+    // Before anything is read from the request's claims: may this token join as this id?
+    // (A bootstrap token is used up here, so every check that can fail comes first.)
+    joiner
+        .admit(&app, &req.id, &group.name, existing.as_ref())
+        .await?;
+    let joined = register(&app, req, &group, existing, None).await?;
+    Ok((StatusCode::CREATED, Json(joined)))
+}
+
+/// Checks a join's fields and finds its group and the agent of its id, if any: 400 naming a
+/// bad field or an unknown group.
+pub(crate) async fn checked_join(
+    app: &App,
+    req: &JoinRequest,
+) -> Result<(corral_core::ScalingGroup, Option<Agent>)> {
     check_name("id", &req.id)?;
     if req.capacity.is_empty() {
         return Err(ApiError::invalid(
@@ -103,33 +133,54 @@ async fn join(
         .get_group(&req.group)
         .await?
         .ok_or_else(|| ApiError::invalid("group", format!("no group {:?}", req.group)))?;
-    let now = now();
     let existing = app.store.get_agent(&req.id).await?;
-    if let Some(a) = existing
-        .as_ref()
-        .filter(|a| a.group != group.name && a.state != AgentState::Terminated)
-    {
-        return Err(ApiError::new(
+    Ok((group, existing))
+}
+
+/// 409 when the id is a live agent of another group.
+pub(crate) fn check_group_of(
+    existing: Option<&Agent>,
+    group: &corral_core::ScalingGroup,
+) -> Result<()> {
+    match existing.filter(|a| a.group != group.name && a.state != AgentState::Terminated) {
+        Some(a) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "conflict",
             format!("agent {:?} belongs to group {:?}", a.id.0, a.group),
-        ));
+        )),
+        None => Ok(()),
     }
-    // Before anything is read from the request's claims: may this token join as this id?
-    // (A bootstrap token is used up here, so every check that can fail comes first.)
-    joiner
-        .admit(&app, &req.id, &group.name, existing.as_ref())
-        .await?;
+}
+
+/// An external agent's key and its group's limit of external agents.
+pub(crate) struct ExternalJoin<'a> {
+    pub key: &'a str,
+    pub limit: u32,
+}
+
+/// Writes the join of an admitted agent (external when `external` says with which key) and
+/// gives it its token. `existing` is the agent of its id the manager knew.
+pub(crate) async fn register(
+    app: &App,
+    req: JoinRequest,
+    group: &corral_core::ScalingGroup,
+    existing: Option<Agent>,
+    external: Option<ExternalJoin<'_>>,
+) -> Result<JoinResponse> {
+    let now = now();
     // A live agent that joins again keeps what it holds; any other starts empty.
     let keep = existing.filter(|a| {
         matches!(a.state, AgentState::Alive | AgentState::Marked) && a.group == group.name
     });
     // An instance a provider launched for this group joins as its agent, of its template.
-    let instance = app
-        .store
-        .get_instance(&req.id)
-        .await?
-        .filter(|i| i.group == group.name);
+    let instance = match external {
+        Some(_) => None,
+        None => app
+            .store
+            .get_instance(&req.id)
+            .await?
+            .filter(|i| i.group == group.name),
+    };
     let agent = Agent {
         id: AgentId(req.id.clone()),
         group: group.name.clone(),
@@ -144,7 +195,7 @@ async fn join(
             .unwrap_or_default(),
         state: keep.as_ref().map_or(AgentState::Alive, |a| a.state),
         labels: req.labels,
-        external: false,
+        external: external.is_some(),
         drained_by_hand: keep.as_ref().is_some_and(|a| a.drained_by_hand),
         idle_since: keep.as_ref().map_or(Some(now), |a| a.idle_since),
         devices: req.devices,
@@ -155,11 +206,38 @@ async fn join(
         session: None,
         agent: Some(req.id.clone()),
         kind: "joined".into(),
-        message: format!("agent {} joined with {}", req.id, agent.capacity),
+        message: match &external {
+            Some(e) => format!(
+                "external agent {} joined with {} (key {})",
+                req.id, agent.capacity, e.key
+            ),
+            None => format!("agent {} joined with {}", req.id, agent.capacity),
+        },
     };
-    app.store
-        .upsert_agent_with_event(&agent, Some(&joined), now)
-        .await?;
+    match &external {
+        Some(e) => {
+            if let Err(others) = app
+                .store
+                .join_external_agent(&agent, e.key, e.limit, &joined, now)
+                .await?
+            {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "limit_reached",
+                    format!(
+                        "group {:?} has {others} external agents taking part, its limit ({}); \
+                         one must leave first",
+                        group.name, e.limit
+                    ),
+                ));
+            }
+        }
+        None => {
+            app.store
+                .upsert_agent_with_event(&agent, Some(&joined), now)
+                .await?
+        }
+    }
     if let Some(instance) = &instance {
         app.store
             .move_instance(
@@ -179,14 +257,11 @@ async fn join(
     }
     let (_, token) = create_token(&app.store, Role::Agent, &req.id, now).await?;
     app.control.wake(&group.name);
-    Ok((
-        StatusCode::CREATED,
-        Json(JoinResponse {
-            token,
-            heartbeat_secs: app.heartbeat.as_secs().max(1),
-            lost_after_secs: app.lost_after.as_secs(),
-        }),
-    ))
+    Ok(JoinResponse {
+        token,
+        heartbeat_secs: app.heartbeat.as_secs().max(1),
+        lost_after_secs: app.lost_after.as_secs(),
+    })
 }
 
 #[utoipa::path(
@@ -212,20 +287,27 @@ async fn sync(
 ) -> Result<Json<SyncResponse>> {
     acts_as(&caller, &id)?;
     let now = now();
-    let state = app
+    let (state, external) = app
         .store
         .touch_agent(&id, now)
         .await?
         .ok_or_else(|| ApiError::not_found("agent", &id))?;
+    if state == AgentState::Terminated {
+        // It was let go: it should run nothing.
+        return Ok(Json(SyncResponse {
+            start: Vec::new(),
+            stop: req.sessions.iter().map(|s| s.id.clone()).collect(),
+            leave: None,
+        }));
+    }
+    // An external agent whose key was revoked (or whose group no longer takes external
+    // agents) has what ended recorded, then is told to stop the rest and leave.
+    let dismissed = match external {
+        true => crate::external::dismissal(&app, &id, state, now).await?,
+        false => None,
+    };
     match state {
-        AgentState::Terminated => {
-            // It was let go: it should run nothing.
-            return Ok(Json(SyncResponse {
-                start: Vec::new(),
-                stop: req.sessions.iter().map(|s| s.id.clone()).collect(),
-            }));
-        }
-        AgentState::Lost => {
+        AgentState::Lost if dismissed.is_none() => {
             let agent = app
                 .store
                 .get_agent(&id)
@@ -250,7 +332,7 @@ async fn sync(
                 .await?;
             app.control.wake(&agent.group);
         }
-        AgentState::Alive | AgentState::Marked => {}
+        _ => {}
     }
     if req.draining {
         // Marked by hand, so the policy never unmarks it; once empty it is let go. Only a
@@ -351,16 +433,46 @@ async fn sync(
         }
     }
 
+    if let Some(reason) = dismissed {
+        stop.extend(running);
+        return Ok(Json(SyncResponse {
+            start: Vec::new(),
+            stop,
+            leave: Some(reason),
+        }));
+    }
+
     let waker = app.control.agent_waker(&id);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(req.wait_secs).min(MAX_WAIT);
+    let mut woken = false;
     loop {
         let notified = waker.notified();
+        // Dismissed while the sync waited: told now, not a heartbeat later.
+        if woken && external {
+            if let Some(reason) = crate::external::dismissal(&app, &id, state, now).await? {
+                stop.extend(running);
+                return Ok(Json(SyncResponse {
+                    start: Vec::new(),
+                    stop,
+                    leave: Some(reason),
+                }));
+            }
+        }
+        woken = true;
         let start = assignments(&app, &id, &running).await?;
         if !start.is_empty() || !stop.is_empty() || tokio::time::Instant::now() >= deadline {
-            return Ok(Json(SyncResponse { start, stop }));
+            return Ok(Json(SyncResponse {
+                start,
+                stop,
+                leave: None,
+            }));
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
-            return Ok(Json(SyncResponse { start, stop }));
+            return Ok(Json(SyncResponse {
+                start,
+                stop,
+                leave: None,
+            }));
         }
     }
 }

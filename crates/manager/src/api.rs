@@ -237,6 +237,7 @@ pub fn router(app: App) -> Router {
         .route("/api/v1/agents/{id}/unmark", post(agent_registry::unmark))
         .route("/api/v1/events", get(events::list_events))
         .merge(crate::agents::routes())
+        .merge(crate::external::routes())
         .merge(crate::ui::routes())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .fallback(|| async {
@@ -256,7 +257,7 @@ fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", crate::auth::random_hex(8))
 }
 
-async fn find_group(app: &App, name: &str) -> Result<ScalingGroup> {
+pub(crate) async fn find_group(app: &App, name: &str) -> Result<ScalingGroup> {
     app.store
         .get_group(name)
         .await?

@@ -10,6 +10,7 @@ mod batch_sessions;
 pub mod changes;
 pub mod control;
 pub mod error;
+mod external;
 mod extract;
 mod health;
 pub mod history;

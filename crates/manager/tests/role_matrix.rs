@@ -56,6 +56,9 @@ fn rows() -> Vec<Row> {
         .collect()
 }
 
+/// An Ed25519 public key, as `corral agent keygen` writes it.
+const PUBLIC_KEY: &str = "ed25519:yT+OPK8GQcVq01fE3LzGNCGsbLqbE/dgl367kuYCRIw=";
+
 /// The bodies rows name.
 fn body(name: &str) -> Option<(&'static str, Vec<u8>)> {
     let json = |v: Value| Some(("application/json", v.to_string().into_bytes()));
@@ -73,6 +76,13 @@ fn body(name: &str) -> Option<(&'static str, Vec<u8>)> {
         "session" => json(json!({"group": "g", "command": ["true"], "request": "cpu=1"})),
         "agent" | "join" => json(json!({"id": "new", "group": "g", "capacity": "cpu=1"})),
         "sync" => json(json!({"sessions": [], "wait_secs": 0})),
+        // External agents: group g takes none (its policy is off), whoever asks.
+        "challenge" => json(json!({"group": "g", "id": "new"})),
+        "key_join" => json(json!({
+            "agent": {"id": "new", "group": "g", "capacity": "cpu=1"},
+            "proof": {"public_key": PUBLIC_KEY, "nonce": "n", "signed_at": 0, "signature": "AAAA"},
+        })),
+        "key" => json(json!({"name": "k", "public_key": PUBLIC_KEY})),
         "batch" => json(json!({"system": "gridengine"})),
         "job" => json(json!({"script": "true"})),
         "signal" => json(json!({"signal": "TERM"})),

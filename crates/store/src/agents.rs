@@ -7,7 +7,7 @@ use corral_core::{Agent, AgentId, AgentState, SessionState, Timestamp};
 use crate::codec::{name_of, to_json, Fields};
 use crate::error::{Result, StoreError};
 use crate::events::{insert_event, NewEvent};
-use crate::Store;
+use crate::{Store, Tx};
 
 macro_rules! agent_columns {
     () => {
@@ -53,15 +53,28 @@ impl Store {
         now: Timestamp,
     ) -> Result<()> {
         let mut tx = self.write_tx().await?;
+        self.upsert_agent_in(&mut tx, agent, event, now).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// [`Store::upsert_agent_with_event`] within `tx`.
+    pub(crate) async fn upsert_agent_in(
+        &self,
+        tx: &mut Tx,
+        agent: &Agent,
+        event: Option<&NewEvent>,
+        now: Timestamp,
+    ) -> Result<()> {
         if let Some(event) = event {
-            insert_event(&mut tx, event).await?;
+            insert_event(tx, event).await?;
         }
         let group = sqlx::query(self.locking((
             "SELECT name FROM groups WHERE name = $1",
             "SELECT name FROM groups WHERE name = $1 FOR KEY SHARE",
         )))
         .bind(&agent.group)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await?;
         if group.is_none() {
             return Err(StoreError::not_found("group", &agent.group));
@@ -79,6 +92,7 @@ impl Store {
              allocated = excluded.allocated, state = excluded.state, labels = excluded.labels, \
              external = excluded.external, drained_by_hand = excluded.drained_by_hand, \
              devices = excluded.devices, \
+             agent_key = CASE WHEN excluded.external THEN agents.agent_key ELSE NULL END, \
              idle_since = CASE WHEN excluded.allocated = '' \
                  THEN COALESCE(agents.idle_since, $12) ELSE NULL END, \
              last_seen = excluded.last_seen",
@@ -96,9 +110,8 @@ impl Store {
         .bind(now.0)
         .bind(now.0)
         .bind(to_json(&reported_devices(&agent.devices))?)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        tx.commit().await?;
         Ok(())
     }
 
@@ -172,16 +185,24 @@ impl Store {
 }
 
 impl Store {
-    /// An agent was heard from: its heartbeat time is now. Returns its state, or `None` if there
-    /// is no such agent.
-    pub async fn touch_agent(&self, id: &str, now: Timestamp) -> Result<Option<AgentState>> {
-        let row = sqlx::query("UPDATE agents SET last_seen = $2 WHERE id = $1 RETURNING state")
-            .bind(id)
-            .bind(now.0)
-            .fetch_optional(&self.write)
-            .await?;
-        row.map(|r| Fields::new(&r, "agent", "state").and_then(|f| f.name("state")))
-            .transpose()
+    /// An agent was heard from: its heartbeat time is now. Returns its state and whether it is
+    /// external, or `None` if there is no such agent.
+    pub async fn touch_agent(
+        &self,
+        id: &str,
+        now: Timestamp,
+    ) -> Result<Option<(AgentState, bool)>> {
+        let row =
+            sqlx::query("UPDATE agents SET last_seen = $2 WHERE id = $1 RETURNING state, external")
+                .bind(id)
+                .bind(now.0)
+                .fetch_optional(&self.write)
+                .await?;
+        row.map(|r| {
+            let f = Fields::new(&r, "agent", "state")?;
+            Ok((f.name("state")?, f.flag("external")?))
+        })
+        .transpose()
     }
 
     /// Agents taking part (alive or marked) that have not been heard from since `before`.

@@ -9,6 +9,7 @@
 //! SQLite accepts too); the differences are the migrations (one directory per database), how a
 //! transaction begins, and row locks (`FOR UPDATE` on PostgreSQL; SQLite locks the whole file).
 
+mod agent_keys;
 mod agents;
 mod apply;
 mod batch;
@@ -38,6 +39,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Connection, Executor, SqlSafeStr, Transaction};
 
+pub use agent_keys::Standing;
 pub use apply::Applied;
 pub use batch::BatchJobRecord;
 pub use cycle::MAX_PENDING_PER_PASS;
@@ -111,6 +113,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "devices",
         include_str!("../migrations/sqlite/0010_devices.sql"),
         include_str!("../migrations/postgres/0010_devices.sql"),
+    ),
+    (
+        11,
+        "agent_keys",
+        include_str!("../migrations/sqlite/0011_agent_keys.sql"),
+        include_str!("../migrations/postgres/0011_agent_keys.sql"),
     ),
 ];
 

@@ -1696,3 +1696,142 @@ on_both!(sessions_are_listed_newest_first_and_by_activity, |db| {
     };
     assert_eq!(list(ended).await, ["s2"]);
 });
+
+on_both!(external_agents_keys_nonces_limit_and_revocation, |db| {
+    use corral_api::agent_keys::AgentKey;
+    let s = &db.store;
+    s.create_group(&group("g"), t(1)).await.unwrap();
+    let (k1, k2) = (
+        AgentKey::generate().unwrap().public(),
+        AgentKey::generate().unwrap().public(),
+    );
+    s.add_agent_key("g", "k1", &k1, t(2)).await.unwrap();
+    // One name, one key per group; a group that is not there has none.
+    for (name, key, why) in [
+        ("k1", &k2, "has a key named"),
+        ("k9", &k1, "registered already"),
+    ] {
+        let refused = s.add_agent_key("g", name, key, t(3)).await.unwrap_err();
+        assert!(refused.to_string().contains(why), "{refused}");
+    }
+    assert!(matches!(
+        s.add_agent_key("nope", "k", &k2, t(3)).await,
+        Err(StoreError::NotFound { what: "group", .. })
+    ));
+    s.add_agent_key("g", "k2", &k2, t(3)).await.unwrap();
+    assert_eq!(
+        s.find_agent_key("g", &k2).await.unwrap().unwrap().name,
+        "k2"
+    );
+
+    // A nonce is good once, for its agent and group, until it expires; a flood is refused.
+    s.issue_challenge("g", "e1", "n1", t(100), 2, t(10))
+        .await
+        .unwrap();
+    s.issue_challenge("g", "e1", "n2", t(100), 2, t(10))
+        .await
+        .unwrap();
+    let flood = s.issue_challenge("g", "e1", "n3", t(100), 2, t(10)).await;
+    assert!(matches!(flood, Err(StoreError::Refused(_))), "{flood:?}");
+    assert!(
+        !s.take_challenge("n1", "g", "e2", t(20)).await.unwrap(),
+        "another agent's"
+    );
+    assert!(s.take_challenge("n1", "g", "e1", t(20)).await.unwrap());
+    assert!(
+        !s.take_challenge("n1", "g", "e1", t(21)).await.unwrap(),
+        "used"
+    );
+    assert!(
+        !s.take_challenge("n2", "g", "e1", t(100)).await.unwrap(),
+        "expired"
+    );
+    // Expired nonces make room for new ones.
+    s.issue_challenge("g", "e1", "n4", t(300), 2, t(200))
+        .await
+        .unwrap();
+    s.issue_challenge("g", "e1", "n5", t(300), 2, t(200))
+        .await
+        .unwrap();
+
+    // The limit counts external agents taking part; the join that would pass it writes nothing.
+    let joined = |id: &str| NewEvent {
+        at: t(30),
+        group: Some("g".into()),
+        session: None,
+        agent: Some(id.into()),
+        kind: "joined".into(),
+        message: format!("{id} joined"),
+    };
+    let external = |id: &str| Agent {
+        external: true,
+        ..agent(id, "g", "cpu=1")
+    };
+    for id in ["e1", "e2"] {
+        let (agent, event) = (external(id), joined(id));
+        let done = s.join_external_agent(&agent, "k1", 2, &event, t(30)).await;
+        assert_eq!(done.unwrap(), Ok(()));
+    }
+    let (agent, event) = (external("e3"), joined("e3"));
+    let full = s.join_external_agent(&agent, "k2", 2, &event, t(30)).await;
+    assert_eq!(full.unwrap(), Err(2));
+    assert!(s.get_agent("e3").await.unwrap().is_none());
+    // Joining again does not count itself; one lost frees a place.
+    let (agent, event) = (external("e2"), joined("e2"));
+    let again = s.join_external_agent(&agent, "k1", 2, &event, t(31)).await;
+    assert_eq!(again.unwrap(), Ok(()));
+    s.set_agent_state("e2", AgentState::Lost, false, t(32))
+        .await
+        .unwrap();
+    let (agent, event) = (external("e3"), joined("e3"));
+    let freed = s.join_external_agent(&agent, "k2", 2, &event, t(33)).await;
+    assert_eq!(freed.unwrap(), Ok(()));
+    assert_eq!(s.agent_key_of("e3").await.unwrap().as_deref(), Some("k2"));
+    let standing = s.external_standing("e2").await.unwrap().unwrap();
+    assert_eq!((standing.key.as_deref(), standing.others), (Some("k1"), 2));
+
+    // Revoking k1 marks its agents taking part (e1), not the lost one nor k2's; once.
+    let revoked = s.revoke_agent_key("g", "k1", t(40)).await.unwrap();
+    assert_eq!(
+        (revoked.revoked_at, revoked.agents.clone()),
+        (Some(t(40)), vec!["e1".to_string()])
+    );
+    let e1 = s.get_agent("e1").await.unwrap().unwrap();
+    assert_eq!((e1.state, e1.drained_by_hand), (AgentState::Marked, true));
+    assert_eq!(
+        s.get_agent("e3").await.unwrap().unwrap().state,
+        AgentState::Alive
+    );
+    assert_eq!(
+        s.get_agent("e2").await.unwrap().unwrap().state,
+        AgentState::Lost
+    );
+    let again = s.revoke_agent_key("g", "k1", t(50)).await.unwrap();
+    assert_eq!(again.revoked_at, Some(t(40)), "revoked once");
+    let standing = s.external_standing("e1").await.unwrap().unwrap();
+    assert_eq!(standing.key_revoked, Some(t(40)));
+    // A revoked key is never registered again, under any name.
+    let refused = s.add_agent_key("g", "k1b", &k1, t(60)).await.unwrap_err();
+    assert!(refused.to_string().contains("revoked"), "{refused}");
+    let keys = s.list_agent_keys("g").await.unwrap();
+    let listed: Vec<(&str, Vec<String>)> = keys
+        .iter()
+        .map(|k| (k.name.as_str(), k.agents.clone()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("k1", vec!["e1".to_string(), "e2".to_string()]),
+            ("k2", vec!["e3".to_string()])
+        ]
+    );
+    assert_eq!(
+        s.dismiss_external_agents("g", "off", t(70)).await.unwrap(),
+        ["e1", "e3"]
+    );
+    assert!(s
+        .external_standing("a-not-external")
+        .await
+        .unwrap()
+        .is_none());
+});

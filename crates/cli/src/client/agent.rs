@@ -1,8 +1,9 @@
-//! `corral agent`: list agents, register one by hand, drain, unmark and remove.
+//! `corral agent`: list agents, register one by hand, drain, unmark and remove; write an
+//! external agent's key pair.
 
 use std::collections::BTreeMap;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Subcommand;
 use corral_api::agents::RegisterAgent;
 use corral_core::{Agent, AgentState, Slots};
@@ -65,6 +66,14 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// Write a key pair an external agent joins with (`corral agent --key FILE`): the private
+    /// key to FILE (PEM, readable by its owner only; an existing file is never overwritten) and
+    /// the public key to FILE.pub, which an admin registers with `corral group key add`.
+    Keygen {
+        /// Where the private key goes.
+        #[arg(long, value_name = "FILE", default_value = "corral-agent.key")]
+        out: std::path::PathBuf,
+    },
     /// Remove an agent and revoke its tokens (admin): a lost or terminated one, or any that
     /// runs no session.
     Rm {
@@ -118,6 +127,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         Command::Unmark { id, out } => {
             show(api.post(&["agents", &id, "unmark"], None).await?, out)?
         }
+        Command::Keygen { out } => keygen(&out)?,
         Command::Rm { id, out } => {
             let reply = api.delete(&["agents", &id]).await?;
             if !render::json_or(out.output, &reply, || json!({"deleted": "agent", "id": id})) {
@@ -125,6 +135,58 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// Writes a new key pair: the private key to `path` (created 0600, never over a file), the
+/// public key to `path`.pub.
+pub fn keygen(path: &std::path::Path) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let key = corral_api::agent_keys::AgentKey::generate()?;
+    let public = key.public();
+    let mut public_path = path.as_os_str().to_owned();
+    public_path.push(".pub");
+    let public_path = std::path::PathBuf::from(public_path);
+    let create = |p: &std::path::Path, mode: u32| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(p)
+            .with_context(|| {
+                format!(
+                    "creating {} (an existing key is never overwritten)",
+                    p.display()
+                )
+            })
+    };
+    let mut private = create(path, 0o600)?;
+    let mut public_file = match create(&public_path, 0o644) {
+        Ok(f) => f,
+        Err(e) => {
+            // Nothing half-written: no private key without its public half.
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    };
+    let written = private
+        .write_all(key.to_pem().as_bytes())
+        .and_then(|()| private.sync_all())
+        .and_then(|()| writeln!(public_file, "{public}"))
+        .and_then(|()| public_file.sync_all());
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(&public_path);
+        return Err(e).with_context(|| format!("writing {}", path.display()));
+    }
+    println!("{public}");
+    eprintln!(
+        "private key: {} (keep it secret); public key: {} ({})",
+        path.display(),
+        public_path.display(),
+        public.fingerprint()
+    );
     Ok(())
 }
 

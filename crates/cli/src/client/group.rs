@@ -3,9 +3,11 @@
 //! This file holds the subcommands and runs them; beside it, `group/settings.rs` builds the
 //! bodies of `create`, `set-policy` and `templates` from flags and files, `group/view.rs` prints
 //! groups, `group/provider.rs` the provider and its instances, `group/plan.rs` a plan (which
-//! `corral plan` prints too), and `group/history.rs` a group's history as sparklines.
+//! `corral plan` prints too), `group/history.rs` a group's history as sparklines, and
+//! `group/keys.rs` the keys external agents join with.
 
 mod history;
+mod keys;
 mod plan;
 mod provider;
 mod settings;
@@ -182,6 +184,11 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// The public keys external agents join the group with: add, ls, revoke (admin).
+    Key {
+        #[command(subcommand)]
+        command: keys::KeyCommand,
+    },
 }
 
 pub async fn run(api: &Api, command: Command) -> Result<()> {
@@ -340,6 +347,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 );
             }
         }
+        Command::Key { command } => keys::run(api, command).await?,
     }
     Ok(())
 }

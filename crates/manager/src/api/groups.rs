@@ -251,10 +251,11 @@ async fn replace(app: &App, name: &str, b: NewGroup) -> Result<GroupView> {
 /// The levels of a group's settings whose fields are fixed: a patch naming any other field there
 /// is refused, also with null (which would remove nothing). Below the others (the headroom's
 /// slots, the provider's options) a patch may name any key.
-const FIXED_FIELDS: [&str; 6] = [
+const FIXED_FIELDS: [&str; 7] = [
     "",
     "policy",
     "policy.termination",
+    "policy.external",
     "scheduler",
     "provider",
     "provider.launch",
@@ -418,7 +419,9 @@ pub(super) async fn list_instances(
 
 async fn update(app: &App, group: ScalingGroup) -> Result<Json<ScalingGroup>> {
     let group = validated(group)?;
+    let before = find_group(app, &group.name).await?.policy.external;
     app.store.update_group(&group, now()).await?;
+    crate::external::policy_changed(app, &group.name, before, group.policy.external).await?;
     app.control.wake(&group.name);
     Ok(Json(group))
 }

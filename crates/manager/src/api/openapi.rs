@@ -114,6 +114,11 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         crate::agents::read_log,
         crate::agents::list_outputs,
         crate::agents::get_output,
+        crate::external::challenge,
+        crate::external::join,
+        crate::external::add_key,
+        crate::external::list_keys,
+        crate::external::revoke_key,
     ),
     components(
         responses(ErrorResponse),

@@ -47,6 +47,21 @@ pub struct Settings {
     /// With backfill: passes a blocked session holds back those behind it.
     #[arg(long, value_name = "N")]
     skip_after: Option<u32>,
+    /// Whether external agents may join with a registered key (`corral group key add`); off
+    /// tells those in the group to leave.
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    external: Option<bool>,
+    /// External agents taking part at once, at most (default 10).
+    #[arg(long, value_name = "N")]
+    external_limit: Option<u32>,
+}
+
+fn on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("{other:?}: say on or off")),
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -121,6 +136,15 @@ impl Settings {
             self.head_of_line.map(|h| api_name(&h).into()),
         );
         set(scheduler, "skip_after", self.skip_after.map(Value::from));
+        if self.external.is_some() || self.external_limit.is_some() {
+            let external = policy.entry("external").or_insert_with(|| json!({}));
+            if !external.is_object() {
+                *external = json!({});
+            }
+            let external = external.as_object_mut().expect("made an object above");
+            set(external, "enabled", self.external.map(Value::from));
+            set(external, "limit", self.external_limit.map(Value::from));
+        }
     }
 }
 
@@ -189,7 +213,7 @@ pub(super) fn policy_patch(
         }
     }
     if patch.is_empty() {
-        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after or --file");
+        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit or --file");
     }
     Ok(Value::Object(patch))
 }

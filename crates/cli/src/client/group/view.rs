@@ -59,6 +59,14 @@ pub(super) fn print_group(view: &GroupView) {
             format!("{}ms idle, {}ms at most", p.batch_idle_ms, p.batch_max_ms),
         ),
         ("launches/pass", p.max_launches_per_pass.to_string()),
+        (
+            "external agents",
+            if p.external.enabled {
+                format!("on, {} at most", p.external.limit)
+            } else {
+                "off".into()
+            },
+        ),
         ("scheduler", word(&s.sequencer)),
         ("placement", word(&s.placement)),
         ("head of line", head_of_line),
