@@ -10,9 +10,11 @@ use std::time::Duration;
 mod admit;
 mod checkpoint;
 pub mod metadata;
+pub mod update;
 
 use admit::{Admit, OwnDevices};
 
+use corral_api::agent_builds::{UpdateFailure, UpdateOrder};
 use corral_api::protocol::*;
 use corral_api::{Client, ClientError};
 use corral_core::slots::{Quantity, SlotName};
@@ -68,6 +70,12 @@ pub struct Config {
     /// (`draining`), so that a pilot job ends empty before the batch system kills it at its
     /// walltime. `None`: never.
     pub drain_after: Option<Duration>,
+    /// How it was started, so that it can replace itself with a build the manager names;
+    /// `None`: it does not update itself (and says so when told to).
+    pub self_update: Option<update::SelfUpdate>,
+    /// Its own token from before it replaced itself (`update::RESUME_TOKEN_ENV`): it joins
+    /// again with it first.
+    pub resume_token: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +168,7 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let client = Client::new(&config.manager, &config.token, config.ca_file.as_deref())?;
     let agent = Arc::new(Agent {
-        token: Mutex::new(config.token.clone()),
+        token: Mutex::new(config.resume_token.clone().unwrap_or(config.token.clone())),
         config,
         client,
         runtime,
@@ -201,6 +209,8 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         capacity,
         labels: config.labels.clone(),
         devices,
+        version: Some(corral_api::agent_builds::version().to_string()),
+        platform: Some(corral_api::agent_builds::platform()),
     };
     let _ = agent.devices.set(OwnDevices {
         capacity: join.capacity.clone(),
@@ -239,6 +249,8 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     }));
     let mut join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
     let mut rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
+    // An update that failed, told at the next sync.
+    let mut update_failed: Option<UpdateFailure> = None;
     'join: loop {
         // Joining again (the manager forgot this agent) uses the agent's own token: a one-time
         // bootstrap token is spent; the bootstrap token is the fallback.
@@ -303,6 +315,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     0
                 },
                 draining,
+                update_failed: update_failed.clone(),
             };
             let drain_due = async {
                 match drain_at {
@@ -322,6 +335,9 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
                     rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
                     lock(&agent.ended.reports).retain(|r| !finished.contains(r));
+                    if request.update_failed.is_some() {
+                        update_failed = None;
+                    }
                     for id in &resp.stop {
                         let waited = {
                             let mut waiting = lock(&agent.waiting);
@@ -343,6 +359,15 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     }
                     for assignment in resp.start {
                         start(&agent, assignment).await;
+                    }
+                    if let Some(order) = resp.update {
+                        // Returns only when it could not: it runs on as it was.
+                        let reason = self_update(&agent, &as_agent, &order).await;
+                        tracing::warn!(version = order.version, reason, "update failed");
+                        update_failed = Some(UpdateFailure {
+                            version: order.version,
+                            reason,
+                        });
                     }
                 }
                 Err(ClientError::Refused {
@@ -367,6 +392,23 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 }
             }
         }
+    }
+}
+
+/// Replaces the agent with the build of `order` and executes it; returns only if that
+/// failed, with the reason.
+async fn self_update(agent: &Agent, client: &Client, order: &UpdateOrder) -> String {
+    let Some(me) = &agent.config.self_update else {
+        return "this agent does not update itself (it was not started as a program)".into();
+    };
+    let busy = !lock(&agent.running).is_empty() || !lock(&agent.waiting).is_empty();
+    if busy {
+        return "it runs sessions".into();
+    }
+    tracing::info!(version = order.version, "updating");
+    match update::apply(me, client, order).await {
+        Ok(never) => match never {},
+        Err(reason) => reason,
     }
 }
 

@@ -258,6 +258,25 @@ impl Client {
         Ok(bytes.to_vec())
     }
 
+    /// An answer too large to hold in memory (an agent build), read piece by piece once the
+    /// manager said yes.
+    pub async fn download<S: AsRef<str>>(&self, path: &[S]) -> Result<Download, ClientError> {
+        let response = self
+            .request(Method::GET, self.url(path, &[]))
+            .send()
+            .await
+            .map_err(|e| self.transport(&e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.map_err(|e| self.transport(&e))?;
+            return Err(self.refusal(status, &text));
+        }
+        Ok(Download {
+            response,
+            client: self.clone(),
+        })
+    }
+
     fn request(&self, method: Method, url: Url) -> reqwest::RequestBuilder {
         let request = self.http.request(method, url).bearer_auth(&self.token);
         match self.timeout {
@@ -330,6 +349,22 @@ impl Client {
                 status: status.as_u16(),
                 snippet: text.trim().chars().take(200).collect(),
             },
+        }
+    }
+}
+
+/// A download under way (see [`Client::download`]).
+pub struct Download {
+    response: reqwest::Response,
+    client: Client,
+}
+
+impl Download {
+    /// The next piece of the body; `None` at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Vec<u8>>, ClientError> {
+        match self.response.chunk().await {
+            Ok(piece) => Ok(piece.map(|b| b.to_vec())),
+            Err(e) => Err(self.client.transport(&e)),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! the names that carry an instance's identity from its provider to its agent, and (with the
 //! `client` feature, on by default) the one typed client.
 
+pub mod agent_builds;
 pub mod agent_keys;
 pub mod agents;
 pub mod batch;

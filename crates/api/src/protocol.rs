@@ -25,6 +25,14 @@ pub struct JoinRequest {
     /// without a list here is that many devices of an unknown model.
     #[serde(default)]
     pub devices: Vec<corral_core::Device>,
+    /// The version of Corral it runs, and its platform (`linux-x86_64`): what agent
+    /// auto-update compares with its group's target.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<corral_core::openapi::Version>))]
+    pub version: Option<String>,
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<corral_core::openapi::Platform>))]
+    pub platform: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +62,9 @@ pub struct SyncRequest {
     /// back.
     #[serde(default)]
     pub draining: bool,
+    /// It could not update to the build the manager named: it runs on as it was.
+    #[serde(default)]
+    pub update_failed: Option<crate::agent_builds::UpdateFailure>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,6 +107,10 @@ pub struct SyncResponse {
     /// (`stop` names them) and leaves; the manager marks it lost once it falls silent.
     #[serde(default)]
     pub leave: Option<String>,
+    /// Set when the agent is to update itself (it is idle, and marked so that nothing new
+    /// lands on it): the build to download, check and run instead of itself.
+    #[serde(default)]
+    pub update: Option<crate::agent_builds::UpdateOrder>,
 }
 
 /// A session to start, with everything the agent needs.

@@ -126,6 +126,8 @@ async fn start_latency(count: usize) -> Result<()> {
         ca_file: None,
         drain_after: None,
         key: None,
+        self_update: None,
+        resume_token: None,
     };
     let runtime =
         corral_runtime::Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()));
@@ -344,6 +346,7 @@ async fn sim_agent(client: Client, id: String, stats: Arc<SimStats>) {
         sessions: Vec::new(),
         wait_secs: HEARTBEAT.as_secs(),
         draining: false,
+        update_failed: None,
     };
     let mut last: Option<Instant> = None;
     loop {
@@ -375,6 +378,8 @@ async fn join(api: &Client, i: usize) -> Result<String> {
         capacity: "cpu=1".parse()?,
         labels: BTreeMap::new(),
         devices: Vec::new(),
+        version: None,
+        platform: None,
     };
     let mut attempt = 0;
     loop {

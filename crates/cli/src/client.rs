@@ -2,6 +2,7 @@
 //! resource of the manager's REST API, tables for people and `--output json` for scripts.
 
 mod agent;
+mod agent_build;
 mod batch;
 pub mod config;
 mod events;
@@ -109,6 +110,13 @@ pub enum Command {
         #[command(flatten)]
         daemon: crate::daemons::AgentArgs,
     },
+    /// Builds of corral the manager serves to agents that update themselves (admin).
+    AgentBuild {
+        #[command(flatten)]
+        conn: Conn,
+        #[command(subcommand)]
+        command: agent_build::Command,
+    },
     /// What happened, newest first: placements, launches, marks, state changes.
     Events {
         #[command(flatten)]
@@ -156,6 +164,7 @@ pub fn run(command: Command) -> Result<()> {
             Command::Agent { command: None, .. } => {
                 bail!("the agent daemon is started by main, not by the client")
             }
+            Command::AgentBuild { conn, command } => agent_build::run(&conn.api()?, command).await,
             Command::Events { conn, args } => events::run(&conn.api()?, args).await,
             Command::Batch { conn, command } => batch::run(&conn.api()?, command).await,
             Command::Token { conn, command } => token::run(&conn.api()?, command).await,

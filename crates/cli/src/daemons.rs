@@ -200,6 +200,14 @@ pub fn run_agent(
         ca_file: resolved.ca_file,
         drain_after: args.drain_after.map(Duration::from_secs),
         key,
+        // It replaces the file it was started from, and starts it again as it was started.
+        self_update: std::env::current_exe()
+            .ok()
+            .map(|exe| corral_agent::update::SelfUpdate {
+                exe,
+                args: std::env::args_os().skip(1).collect(),
+            }),
+        resume_token: RESUME_TOKEN.get().cloned(),
     };
     crate::init_logs(args.log_format);
     rt.block_on(async {
@@ -208,6 +216,20 @@ pub fn run_agent(
             .await
             .map_err(anyhow::Error::from)
     })
+}
+
+/// The agent's own token, passed on by the agent this one replaced (see [`take_resume_token`]).
+static RESUME_TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Takes the token an updating agent passes to its new build out of the environment, so that
+/// no session inherits it. Called first thing in `main`, before any thread starts.
+pub(crate) fn take_resume_token() {
+    let name = corral_agent::update::RESUME_TOKEN_ENV;
+    if let Some(token) = std::env::var_os(name) {
+        // SAFETY: no other thread exists yet to read the environment meanwhile.
+        unsafe { std::env::remove_var(name) };
+        let _ = RESUME_TOKEN.set(token.to_string_lossy().into_owned());
+    }
 }
 
 /// Reads the metadata source until it holds a bootstrap token (two minutes at most), unless one
@@ -293,6 +315,8 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             ca_file: None,
             drain_after: None,
             key: None,
+            self_update: None,
+            resume_token: None,
         };
         let runtime = runtime_of(args.runtime, "dev-agent").await?;
         let mut agent = tokio::spawn(corral_agent::run(agent, runtime, std::future::pending()));

@@ -173,12 +173,16 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    daemons::take_resume_token();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Err(e) = server_config::apply::<Cli>(&args) {
         eprintln!("error: {e:#}");
         return ExitCode::FAILURE;
     }
-    let matches = Cli::command().get_matches_from(args);
+    // A stamped build says its stamped version (corral_api::agent_builds).
+    let matches = Cli::command()
+        .version(corral_api::agent_builds::version())
+        .get_matches_from(args);
     let json_errors = wants_json(&matches);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A short-lived command dies quietly when the reader of its output goes away (`corral plan

@@ -177,6 +177,8 @@ fn join_request(id: &str) -> JoinRequest {
         capacity: "cpu=1".parse().unwrap(),
         labels: Default::default(),
         devices: Vec::new(),
+        version: None,
+        platform: None,
     }
 }
 

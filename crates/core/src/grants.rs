@@ -287,6 +287,9 @@ mod tests {
             labels: Default::default(),
             external: false,
             drained_by_hand: false,
+            version: None,
+            platform: None,
+            updating: None,
             idle_since: None,
             devices: Vec::new(),
         }

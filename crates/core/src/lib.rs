@@ -2,6 +2,7 @@
 //! `corral plan` and the tests all run this exact code.
 
 pub mod admission;
+pub mod agent_update;
 pub mod cycle;
 pub mod decisions;
 pub mod dense;
@@ -25,6 +26,7 @@ pub mod snapshot;
 #[cfg(any(test, feature = "testing"))]
 pub mod workload;
 
+pub use agent_update::AgentUpdate;
 pub use cycle::cycle;
 pub use decisions::*;
 pub use devices::{Device, DeviceConstraint, DeviceGrant, DeviceSet};

@@ -105,6 +105,8 @@ pub struct ScalingPolicy {
     pub termination: Termination,
     /// Whether agents from outside the provider may join, with a registered key.
     pub external: ExternalAgents,
+    /// Whether idle agents update themselves to a target build.
+    pub agent_update: crate::AgentUpdate,
 }
 
 /// Agents that no provider of the group launched: they join by proving they hold a key
@@ -220,6 +222,7 @@ impl Default for ScalingPolicy {
             on_agent_lost: OnAgentLost::Requeue,
             termination: Termination::default(),
             external: ExternalAgents::default(),
+            agent_update: crate::AgentUpdate::default(),
         }
     }
 }
@@ -376,6 +379,15 @@ pub struct Agent {
     /// in `capacity` is that many whole devices of an unknown model).
     #[serde(default)]
     pub devices: Vec<Device>,
+    /// The version of Corral it runs and the platform it runs on (`linux-x86_64`), as it said
+    /// when it joined; `None` from an agent that did not say.
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub platform: Option<String>,
+    /// Marked to update itself to this version: the policy neither unmarks nor terminates it.
+    #[serde(default)]
+    pub updating: Option<String>,
 }
 
 impl Agent {

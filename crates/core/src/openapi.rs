@@ -218,6 +218,20 @@ crate::schema_type!(
 );
 
 crate::schema_type!(
+    /// A version of Corral, as the manager's `names::check_version` accepts it.
+    Version = json!({
+        "type": "string",
+        "pattern": "^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$",
+        "description": "1-64 letters, digits, '.', '_', '-' or '+', starting with a letter or digit"
+    })
+);
+
+crate::schema_type!(
+    /// A platform: OS and architecture as Rust names them (`linux-x86_64`).
+    Platform = json!({"type": "string", "pattern": "^[a-z0-9_]+-[a-z0-9_]+$"})
+);
+
+crate::schema_type!(
     /// A slot name, such as a device kind (`gpu`).
     SlotNameText = json!({"type": "string", "pattern": format!("^{SLOT_NAME}$")})
 );

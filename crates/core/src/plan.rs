@@ -161,6 +161,7 @@ impl Problem {
                 on_agent_lost: g.on_agent_lost.unwrap_or(d.on_agent_lost),
                 termination: g.termination.unwrap_or(d.termination),
                 external: d.external,
+                agent_update: d.agent_update.clone(),
             },
             scheduler: SchedulerConfig {
                 sequencer: g.scheduler.unwrap_or_default(),

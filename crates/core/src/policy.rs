@@ -171,6 +171,7 @@ fn unavailable(input: &ScaleInput, k: usize) -> NoLaunch {
         })
         .map(|(_, a)| {
             let state = match a.state {
+                AgentState::Marked if a.updating.is_some() => "updating",
                 AgentState::Marked if a.drained_by_hand => "drained",
                 AgentState::Marked => "marked for scale-in",
                 other => return format!("{} ({other})", a.id),
@@ -334,7 +335,7 @@ fn wait_for_in_flight(
 struct Reuse {
     /// Free capacity per agent, less what returning demand takes on marked ones.
     marked: FreeIndex,
-    /// Per agent: marked, and not drained by hand (the policy may unmark it).
+    /// Per agent: marked, neither drained by hand nor updating (the policy may unmark it).
     reusable: Vec<bool>,
     /// Per agent: unmarked in this pass.
     unmarked: Vec<bool>,
@@ -347,7 +348,7 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
     let reusable: Vec<bool> = s
         .agents
         .iter()
-        .map(|a| a.state == AgentState::Marked && !a.drained_by_hand)
+        .map(|a| a.state == AgentState::Marked && !a.drained_by_hand && a.updating.is_none())
         .collect();
     let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone())
         .with_devices(input.index.devices(), input.ledgers.to_vec());
@@ -756,6 +757,7 @@ fn terminate_marked_empty(s: &Snapshot, unmarked: &[bool]) -> Vec<AgentAction> {
             agent.state == AgentState::Marked
                 && !unmarked[a]
                 && !agent.external
+                && agent.updating.is_none()
                 && agent.is_idle()
                 && !busy.contains(agent.id.0.as_str())
         })

@@ -124,6 +124,9 @@ pub fn agents(n: usize, templates: &[InstanceTemplate], rng: &mut Rng) -> Vec<Ag
                 labels: Default::default(),
                 external: false,
                 drained_by_hand: false,
+                version: None,
+                platform: None,
+                updating: None,
                 idle_since: Some(Timestamp(0)),
                 devices: Vec::new(),
             }
@@ -222,6 +225,9 @@ pub fn gpu_snapshot(agents_n: usize, sessions_n: usize, seed: u64) -> Snapshot {
                 labels: Default::default(),
                 external: false,
                 drained_by_hand: false,
+                version: None,
+                platform: None,
+                updating: None,
                 idle_since: Some(Timestamp(0)),
                 devices,
             }

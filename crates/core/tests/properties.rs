@@ -67,7 +67,7 @@ prop_compose! {
                 id: AgentId(format!("a{i}")), group: "g".into(), template: Some(t.name.clone()), capacity: t.slots.clone(),
                 idle_since: allocated.is_empty().then_some(Timestamp(idle)), allocated,
                 state: [AgentState::Alive, AgentState::Marked, AgentState::Lost, AgentState::Terminated][state as usize],
-                labels: Default::default(), external, drained_by_hand: by_hand,
+                labels: Default::default(), external, drained_by_hand: by_hand, version: None, platform: None, updating: None,
                 devices: Vec::new(),
             }
         }).collect();
@@ -86,7 +86,7 @@ prop_compose! {
                 policy: ScalingPolicy {
                     kind: if demand { PolicyKind::Demand } else { PolicyKind::Fixed },
                     min_nodes: min, max_nodes: min + extra, headroom: slots(headroom_cpu, headroom_gpu),
-                    idle_wait_secs: 300, cooldown_secs: 60, batch_idle_ms: 0, batch_max_ms: 0, max_launches_per_pass: 100, on_agent_lost: OnAgentLost::Requeue, termination: Termination::default(), external: ExternalAgents::default(),
+                    idle_wait_secs: 300, cooldown_secs: 60, batch_idle_ms: 0, batch_max_ms: 0, max_launches_per_pass: 100, on_agent_lost: OnAgentLost::Requeue, termination: Termination::default(), external: ExternalAgents::default(), agent_update: Default::default(),
                 },
                 scheduler: SchedulerConfig {
                     sequencer: [Sequencer::Fifo, Sequencer::Lifo, Sequencer::Priority, Sequencer::Drf][sequencer as usize],

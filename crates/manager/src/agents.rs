@@ -128,6 +128,12 @@ pub(crate) async fn checked_join(
         ));
     }
     check_agent_devices(&req.capacity, &req.devices)?;
+    if let Some(version) = &req.version {
+        crate::names::check_version("version", version)?;
+    }
+    if let Some(platform) = &req.platform {
+        crate::agent_builds::check_platform(platform)?;
+    }
     let group = app
         .store
         .get_group(&req.group)
@@ -169,7 +175,7 @@ pub(crate) async fn register(
 ) -> Result<JoinResponse> {
     let now = now();
     // A live agent that joins again keeps what it holds; any other starts empty.
-    let keep = existing.filter(|a| {
+    let keep = existing.clone().filter(|a| {
         matches!(a.state, AgentState::Alive | AgentState::Marked) && a.group == group.name
     });
     // An instance a provider launched for this group joins as its agent, of its template.
@@ -188,17 +194,21 @@ pub(crate) async fn register(
             .as_ref()
             .map(|i| i.template.clone())
             .or_else(|| keep.as_ref().and_then(|a| a.template.clone())),
-        capacity: req.capacity,
+        capacity: req.capacity.clone(),
         allocated: keep
             .as_ref()
             .map(|a| a.allocated.clone())
             .unwrap_or_default(),
         state: keep.as_ref().map_or(AgentState::Alive, |a| a.state),
-        labels: req.labels,
+        labels: req.labels.clone(),
         external: external.is_some(),
         drained_by_hand: keep.as_ref().is_some_and(|a| a.drained_by_hand),
         idle_since: keep.as_ref().map_or(Some(now), |a| a.idle_since),
-        devices: req.devices,
+        devices: req.devices.clone(),
+        version: req.version.clone(),
+        platform: req.platform.clone(),
+        // Ended below, once the join is written.
+        updating: existing.as_ref().and_then(|a| a.updating.clone()),
     };
     let joined = NewEvent {
         at: now,
@@ -255,6 +265,7 @@ pub(crate) async fn register(
             driver.succeeded(&instance.template);
         }
     }
+    crate::agent_update::joined(app, existing.as_ref(), &req, now).await?;
     let (_, token) = create_token(&app.store, Role::Agent, &req.id, now).await?;
     app.control.wake(&group.name);
     Ok(JoinResponse {
@@ -298,6 +309,7 @@ async fn sync(
             start: Vec::new(),
             stop: req.sessions.iter().map(|s| s.id.clone()).collect(),
             leave: None,
+            update: None,
         }));
     }
     // An external agent whose key was revoked (or whose group no longer takes external
@@ -439,6 +451,16 @@ async fn sync(
             start: Vec::new(),
             stop,
             leave: Some(reason),
+            update: None,
+        }));
+    }
+    // An idle agent due for an update (marked now) is told at once.
+    if let Some(order) = crate::agent_update::order(&app, &id, &req, now).await? {
+        return Ok(Json(SyncResponse {
+            start: Vec::new(),
+            stop,
+            leave: None,
+            update: Some(order),
         }));
     }
 
@@ -455,6 +477,7 @@ async fn sync(
                     start: Vec::new(),
                     stop,
                     leave: Some(reason),
+                    update: None,
                 }));
             }
         }
@@ -465,6 +488,7 @@ async fn sync(
                 start,
                 stop,
                 leave: None,
+                update: None,
             }));
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -472,6 +496,7 @@ async fn sync(
                 start,
                 stop,
                 leave: None,
+                update: None,
             }));
         }
     }
@@ -845,9 +870,14 @@ async fn put_output(
 }
 
 fn io_error(e: std::io::Error) -> ApiError {
-    tracing::error!(error = %e, "session files");
+    data_error(e, "session files")
+}
+
+/// A failure to read or write `what` in the data directory: a full disk said as it is (507),
+/// so the caller retries later and the operator knows what to free; anything else is ours.
+pub(crate) fn data_error(e: std::io::Error, what: &str) -> ApiError {
+    tracing::error!(error = %e, what, "the data directory");
     if e.kind() == std::io::ErrorKind::StorageFull {
-        // Said as it is, so the agent retries later and the operator knows what to free.
         return ApiError::new(
             StatusCode::INSUFFICIENT_STORAGE,
             "insufficient_storage",
@@ -857,7 +887,7 @@ fn io_error(e: std::io::Error) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
-        "the manager could not read or write session files; see its log",
+        format!("the manager could not read or write {what}; see its log"),
     )
 }
 

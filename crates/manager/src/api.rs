@@ -238,6 +238,7 @@ pub fn router(app: App) -> Router {
         .route("/api/v1/events", get(events::list_events))
         .merge(crate::agents::routes())
         .merge(crate::external::routes())
+        .merge(crate::agent_builds::routes())
         .merge(crate::ui::routes())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .fallback(|| async {

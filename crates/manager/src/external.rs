@@ -258,13 +258,21 @@ pub(crate) async fn dismissal(
         format!("its key {key} was revoked")
     } else if !standing.policy.enabled {
         policy_off(&standing.group)
-    } else if state == AgentState::Lost && standing.others >= standing.policy.limit {
-        format!(
-            "group {:?} has {} external agents taking part, its limit",
-            standing.group, standing.others
-        )
-    } else {
+    } else if state != AgentState::Lost {
         return Ok(None);
+    } else {
+        // Only a lost agent coming back takes a place again; the count waits for that case.
+        let others = app
+            .store
+            .external_agents_besides(&standing.group, id)
+            .await?;
+        if others < standing.policy.limit {
+            return Ok(None);
+        }
+        format!(
+            "group {:?} has {others} external agents taking part, its limit",
+            standing.group
+        )
     };
     if state == AgentState::Alive {
         app.store

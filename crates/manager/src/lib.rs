@@ -2,6 +2,8 @@
 //! state lives in the store; the manager itself can be killed at any moment.
 
 mod activity;
+mod agent_builds;
+mod agent_update;
 pub mod agents;
 pub mod api;
 pub mod auth;

@@ -5,30 +5,49 @@ use std::path::{Path, PathBuf};
 
 use crate::error::ApiError;
 
+/// 1-64 ASCII letters, digits or `extra` characters, starting with a letter or digit (so never
+/// `.` or `..`).
+fn is_word(text: &str, extra: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(c))
+        && text
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
 /// Names of groups, agents, templates and users: one URL path segment and one file name, shown
 /// in logs unquoted. 1-64 letters, digits, `.`, `_`, `-` or `:`, starting with a letter or
 /// digit (so never `.` or `..`), and no `/`.
 pub fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-:".contains(c))
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric());
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            field,
-            format!(
-                "{name:?} is not a valid name: 1-64 letters, digits, '.', '_', '-' or ':', \
-                 starting with a letter or digit"
-            ),
-        ))
+    if is_word(name, "._-:") {
+        return Ok(());
     }
+    Err(ApiError::invalid(
+        field,
+        format!(
+            "{name:?} is not a valid name: 1-64 letters, digits, '.', '_', '-' or ':', \
+             starting with a letter or digit"
+        ),
+    ))
+}
+
+/// Versions of Corral (`1.4.0`, `1.4.0-rc.1+site.2`): 1-64 letters, digits, `.`, `_`, `-` or
+/// `+`, starting with a letter or digit. A version is a URL path segment.
+pub fn check_version(field: &str, version: &str) -> Result<(), ApiError> {
+    if is_word(version, "._-+") {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        field,
+        format!(
+            "{version:?} is not a version: 1-64 letters, digits, '.', '_', '-' or '+', \
+             starting with a letter or digit"
+        ),
+    ))
 }
 
 /// Image names are container image references (`registry:5000/team/name:tag`), so they may

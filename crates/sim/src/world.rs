@@ -191,6 +191,9 @@ impl<'a> World<'a> {
             labels: BTreeMap::new(),
             external: false,
             drained_by_hand: false,
+            version: None,
+            platform: None,
+            updating: None,
             idle_since: Some(now),
             devices,
         });

@@ -25,8 +25,6 @@ pub struct Standing {
     pub key_revoked: Option<Timestamp>,
     /// The group's policy for external agents now.
     pub policy: ExternalAgents,
-    /// The group's other external agents taking part.
-    pub others: u32,
 }
 
 fn key_from_row(row: &AnyRow) -> Result<AgentKeyInfo> {
@@ -344,19 +342,23 @@ impl Store {
         };
         let policy: ScalingPolicy = serde_json::from_str(&policy)
             .map_err(|e| StoreError::Corrupt(format!("group {group:?} policy: {e}")))?;
-        let others: i64 = sqlx::query_scalar(COUNT_OTHERS)
-            .bind(&group)
-            .bind(true)
-            .bind(id)
-            .fetch_one(&self.read)
-            .await?;
         Ok(Some(Standing {
             group,
             key,
             key_revoked: revoked.map(Timestamp),
             policy: policy.external,
-            others: u32::try_from(others).unwrap_or(u32::MAX),
         }))
+    }
+
+    /// The external agents of `group` taking part (alive or marked), but `agent`.
+    pub async fn external_agents_besides(&self, group: &str, agent: &str) -> Result<u32> {
+        let n: i64 = sqlx::query_scalar(COUNT_OTHERS)
+            .bind(group)
+            .bind(true)
+            .bind(agent)
+            .fetch_one(&self.read)
+            .await?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 }
 

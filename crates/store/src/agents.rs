@@ -12,7 +12,7 @@ use crate::{Store, Tx};
 macro_rules! agent_columns {
     () => {
         "id, group_name, template, capacity, allocated, state, labels, external, \
-         drained_by_hand, idle_since, devices"
+         drained_by_hand, idle_since, devices, version, platform, updating"
     };
 }
 pub(crate) use agent_columns;
@@ -31,6 +31,9 @@ pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
         drained_by_hand: f.flag("drained_by_hand")?,
         idle_since: f.opt_time("idle_since")?,
         devices: f.json("devices")?,
+        version: f.opt_text("version")?,
+        platform: f.opt_text("platform")?,
+        updating: f.opt_text("updating")?,
     })
 }
 
@@ -85,13 +88,15 @@ impl Store {
             .then(|| agent.idle_since.unwrap_or(now).0);
         sqlx::query(
             "INSERT INTO agents (id, group_name, template, capacity, allocated, state, labels, \
-             external, drained_by_hand, idle_since, last_seen, joined_at, devices) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $13) \
+             external, drained_by_hand, idle_since, last_seen, joined_at, devices, version, \
+             platform, updating) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $13, $14, $15, $16) \
              ON CONFLICT (id) DO UPDATE SET group_name = excluded.group_name, \
              template = excluded.template, capacity = excluded.capacity, \
              allocated = excluded.allocated, state = excluded.state, labels = excluded.labels, \
              external = excluded.external, drained_by_hand = excluded.drained_by_hand, \
-             devices = excluded.devices, \
+             devices = excluded.devices, version = excluded.version, \
+             platform = excluded.platform, updating = excluded.updating, \
              agent_key = CASE WHEN excluded.external THEN agents.agent_key ELSE NULL END, \
              idle_since = CASE WHEN excluded.allocated = '' \
                  THEN COALESCE(agents.idle_since, $12) ELSE NULL END, \
@@ -110,6 +115,9 @@ impl Store {
         .bind(now.0)
         .bind(now.0)
         .bind(to_json(&reported_devices(&agent.devices))?)
+        .bind(agent.version.as_deref())
+        .bind(agent.platform.as_deref())
+        .bind(agent.updating.as_deref())
         .execute(&mut **tx)
         .await?;
         Ok(())

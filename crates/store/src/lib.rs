@@ -9,6 +9,7 @@
 //! SQLite accepts too); the differences are the migrations (one directory per database), how a
 //! transaction begins, and row locks (`FOR UPDATE` on PostgreSQL; SQLite locks the whole file).
 
+mod agent_builds;
 mod agent_keys;
 mod agents;
 mod apply;
@@ -39,6 +40,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{Any, AnyPool, AssertSqlSafe, Connection, Executor, SqlSafeStr, Transaction};
 
+pub use agent_builds::UpdateStanding;
 pub use agent_keys::Standing;
 pub use apply::Applied;
 pub use batch::BatchJobRecord;
@@ -119,6 +121,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "agent_keys",
         include_str!("../migrations/sqlite/0011_agent_keys.sql"),
         include_str!("../migrations/postgres/0011_agent_keys.sql"),
+    ),
+    (
+        12,
+        "agent_builds",
+        include_str!("../migrations/sqlite/0012_agent_builds.sql"),
+        include_str!("../migrations/postgres/0012_agent_builds.sql"),
     ),
 ];
 

@@ -1788,7 +1788,8 @@ on_both!(external_agents_keys_nonces_limit_and_revocation, |db| {
     assert_eq!(freed.unwrap(), Ok(()));
     assert_eq!(s.agent_key_of("e3").await.unwrap().as_deref(), Some("k2"));
     let standing = s.external_standing("e2").await.unwrap().unwrap();
-    assert_eq!((standing.key.as_deref(), standing.others), (Some("k1"), 2));
+    assert_eq!(standing.key.as_deref(), Some("k1"));
+    assert_eq!(s.external_agents_besides("g", "e2").await.unwrap(), 2);
 
     // Revoking k1 marks its agents taking part (e1), not the lost one nor k2's; once.
     let revoked = s.revoke_agent_key("g", "k1", t(40)).await.unwrap();
@@ -1834,4 +1835,113 @@ on_both!(external_agents_keys_nonces_limit_and_revocation, |db| {
         .await
         .unwrap()
         .is_none());
+});
+
+on_both!(agent_builds_and_updates_mark_and_end_once, |db| {
+    use corral_api::agent_builds::AgentBuild;
+    let s = &db.store;
+    let build = |version: &str, sha256: &str| AgentBuild {
+        version: version.into(),
+        platform: "linux-x86_64".into(),
+        sha256: sha256.into(),
+        size: 7,
+        uploaded_at: t(5),
+    };
+    // The same file again is a no-op; another file under the version is refused.
+    s.put_agent_build(&build("2.0", "aa")).await.unwrap();
+    s.put_agent_build(&build("2.0", "aa")).await.unwrap();
+    let other = s.put_agent_build(&build("2.0", "bb")).await.unwrap_err();
+    assert!(other.to_string().contains("held already"), "{other}");
+    s.put_agent_build(&build("2.1", "aa")).await.unwrap();
+    let listed = s.list_agent_builds().await.unwrap();
+    assert_eq!(listed, [build("2.0", "aa"), build("2.1", "aa")]);
+    // Its file is still another build's.
+    let (gone, shared) = s.delete_agent_build("2.1", "linux-x86_64").await.unwrap();
+    assert_eq!((gone.version.as_str(), shared), ("2.1", true));
+    assert!(matches!(
+        s.delete_agent_build("2.1", "linux-x86_64").await,
+        Err(StoreError::NotFound { .. })
+    ));
+
+    s.create_group(&group("g"), t(1)).await.unwrap();
+    let mut a1 = agent("a1", "g", "cpu=2");
+    a1.version = Some("1.0".into());
+    a1.platform = Some("linux-x86_64".into());
+    s.upsert_agent(&a1, t(10)).await.unwrap();
+    let standing = s.update_standing("a1").await.unwrap().unwrap();
+    assert_eq!(standing.agent.version.as_deref(), Some("1.0"));
+    assert_eq!((standing.policy.enabled, standing.failed), (false, None));
+    let note = |kind: &str| NewEvent {
+        at: t(20),
+        group: Some("g".into()),
+        session: None,
+        agent: Some("a1".into()),
+        kind: kind.into(),
+        message: kind.into(),
+    };
+    let kinds = || async {
+        let filter = EventFilter {
+            agent: Some("a1".into()),
+            ..Default::default()
+        };
+        let events = s.list_events(&filter).await.unwrap();
+        events.into_iter().map(|e| e.kind).collect::<Vec<_>>()
+    };
+
+    // Busy, it is not marked; empty, it is, once.
+    let mut busy = a1.clone();
+    busy.allocated = slots("cpu=1");
+    s.upsert_agent(&busy, t(11)).await.unwrap();
+    assert!(!s
+        .mark_for_update("a1", "2.0", &note("updating"))
+        .await
+        .unwrap());
+    s.upsert_agent(&a1, t(12)).await.unwrap();
+    assert!(s
+        .mark_for_update("a1", "2.0", &note("updating"))
+        .await
+        .unwrap());
+    assert!(!s
+        .mark_for_update("a1", "2.0", &note("updating"))
+        .await
+        .unwrap());
+    let marked = s.get_agent("a1").await.unwrap().unwrap();
+    assert_eq!(
+        (marked.state, marked.updating.as_deref()),
+        (AgentState::Marked, Some("2.0"))
+    );
+    // It failed: unmarked, the target remembered, once.
+    assert!(s
+        .end_update("a1", Some("2.0"), &note("update_failed"))
+        .await
+        .unwrap());
+    assert!(!s
+        .end_update("a1", Some("2.0"), &note("update_failed"))
+        .await
+        .unwrap());
+    let back = s.get_agent("a1").await.unwrap().unwrap();
+    assert_eq!((back.state, back.updating), (AgentState::Alive, None));
+    let standing = s.update_standing("a1").await.unwrap().unwrap();
+    assert_eq!(standing.failed.as_deref(), Some("2.0"));
+    // Drained by hand while it updated, it stays marked when the update ends.
+    assert!(s
+        .mark_for_update("a1", "2.1", &note("updating"))
+        .await
+        .unwrap());
+    s.set_agent_state("a1", AgentState::Marked, true, t(30))
+        .await
+        .unwrap();
+    assert!(s.end_update("a1", None, &note("updated")).await.unwrap());
+    let drained = s.get_agent("a1").await.unwrap().unwrap();
+    assert_eq!(
+        (drained.state, drained.drained_by_hand, drained.updating),
+        (AgentState::Marked, true, None)
+    );
+    // A success leaves the last failure as it was.
+    let standing = s.update_standing("a1").await.unwrap().unwrap();
+    assert_eq!(standing.failed.as_deref(), Some("2.0"));
+    assert_eq!(
+        kinds().await,
+        ["updated", "updating", "update_failed", "updating"]
+    );
 });

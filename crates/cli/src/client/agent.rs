@@ -199,7 +199,9 @@ fn show(reply: Reply, out: Out) -> Result<()> {
 
 /// `marked (drained)` when an operator drained it: the policy will not unmark it.
 fn state(a: &Agent) -> String {
-    if a.drained_by_hand && a.state == AgentState::Marked {
+    if let (Some(target), AgentState::Marked) = (&a.updating, a.state) {
+        format!("marked (updating to {target})")
+    } else if a.drained_by_hand && a.state == AgentState::Marked {
         "marked (drained)".to_string()
     } else {
         word(&a.state)
@@ -222,6 +224,7 @@ fn print_agents(agents: &[Agent]) {
                 slots(&a.allocated),
                 or_dash(a.template.as_deref()),
                 pairs(&a.labels),
+                or_dash(a.version.as_deref()),
             ]
         })
         .collect();
@@ -235,6 +238,7 @@ fn print_agents(agents: &[Agent]) {
             "ALLOCATED",
             "TEMPLATE",
             "LABELS",
+            "VERSION",
         ],
         &rows,
     );
@@ -255,6 +259,8 @@ fn print_agent(a: &Agent) {
             if a.external { "yes" } else { "no" }.to_string(),
         ),
         ("idle since", opt_time(a.idle_since.map(|t| t.0))),
+        ("version", or_dash(a.version.as_deref())),
+        ("platform", or_dash(a.platform.as_deref())),
     ];
     // One line a device: its id, model and memory.
     for d in &a.devices {

@@ -99,6 +99,16 @@ impl Api {
             .map_err(advice)
     }
 
+    /// Uploads a file's bytes, and reads the answer.
+    pub async fn put_file(&self, path: &[&str], data: Vec<u8>) -> Result<Reply> {
+        let url = self.client.url(path, &[]);
+        reply(
+            self.client
+                .send_bytes::<Value>(reqwest::Method::PUT, url, data)
+                .await,
+        )
+    }
+
     /// An answer that is bytes, not JSON (logs, output files).
     pub async fn get_bytes(
         &self,

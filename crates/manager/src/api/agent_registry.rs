@@ -81,6 +81,9 @@ pub(super) async fn register_agent(
         labels: b.labels,
         external: false,
         drained_by_hand: false,
+        version: None,
+        platform: None,
+        updating: None,
         idle_since: Some(now),
         devices: b.devices,
     };

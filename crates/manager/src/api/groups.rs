@@ -119,6 +119,7 @@ pub(super) async fn create_group(
         templates: b.templates,
     })?;
     let provider = validated_provider(b.provider.unwrap_or_default())?;
+    crate::agent_update::check_policy(&app, &group.policy.agent_update).await?;
     app.store
         .create_group_with_provider(&group, Some(&provider_json(&app, &provider)?), now())
         .await?;
@@ -238,24 +239,26 @@ async fn replace(app: &App, name: &str, b: NewGroup) -> Result<GroupView> {
         }
         None => None,
     };
-    find_group(app, name).await?;
+    crate::agent_update::check_policy(app, &group.policy.agent_update).await?;
+    let before = find_group(app, name).await?;
     if let Some(p) = &provider {
         app.store
             .set_group_provider(name, Some(&provider_json(app, p)?), now())
             .await?;
     }
-    let Json(group) = update(app, group).await?;
+    let Json(group) = update(app, &before, group).await?;
     view(app, group).await
 }
 
 /// The levels of a group's settings whose fields are fixed: a patch naming any other field there
 /// is refused, also with null (which would remove nothing). Below the others (the headroom's
 /// slots, the provider's options) a patch may name any key.
-const FIXED_FIELDS: [&str; 7] = [
+const FIXED_FIELDS: [&str; 8] = [
     "",
     "policy",
     "policy.termination",
     "policy.external",
+    "policy.agent_update",
     "scheduler",
     "provider",
     "provider.launch",
@@ -417,11 +420,31 @@ pub(super) async fn list_instances(
     Ok(Json(InstanceList { instances, held }))
 }
 
-async fn update(app: &App, group: ScalingGroup) -> Result<Json<ScalingGroup>> {
+/// Writes `group`'s new settings over `before`, its stored ones.
+async fn update(
+    app: &App,
+    before: &ScalingGroup,
+    group: ScalingGroup,
+) -> Result<Json<ScalingGroup>> {
     let group = validated(group)?;
-    let before = find_group(app, &group.name).await?.policy.external;
-    app.store.update_group(&group, now()).await?;
-    crate::external::policy_changed(app, &group.name, before, group.policy.external).await?;
+    crate::agent_update::check_policy(app, &group.policy.agent_update).await?;
+    let at = now();
+    app.store.update_group(&group, at).await?;
+    crate::agent_update::policy_changed(
+        app,
+        &group.name,
+        &before.policy.agent_update,
+        &group.policy.agent_update,
+        at,
+    )
+    .await?;
+    crate::external::policy_changed(
+        app,
+        &group.name,
+        before.policy.external,
+        group.policy.external,
+    )
+    .await?;
     app.control.wake(&group.name);
     Ok(Json(group))
 }
@@ -448,14 +471,15 @@ pub(super) async fn put_policy(
     Body(b): Body<PolicyUpdate>,
 ) -> Result<Json<GroupView>> {
     caller.require_admin()?;
-    let mut group = find_group(&app, &name).await?;
+    let before = find_group(&app, &name).await?;
+    let mut group = before.clone();
     if let Some(p) = b.policy {
         group.policy = p;
     }
     if let Some(s) = b.scheduler {
         group.scheduler = s;
     }
-    let Json(group) = update(&app, group).await?;
+    let Json(group) = update(&app, &before, group).await?;
     Ok(Json(view(&app, group).await?))
 }
 
@@ -501,9 +525,12 @@ pub(super) async fn put_templates(
     Body(templates): Body<Vec<InstanceTemplate>>,
 ) -> Result<Json<Vec<InstanceTemplate>>> {
     caller.require_admin()?;
-    let mut group = find_group(&app, &name).await?;
-    group.templates = templates;
-    Ok(Json(update(&app, group).await?.0.templates))
+    let before = find_group(&app, &name).await?;
+    let group = ScalingGroup {
+        templates,
+        ..before.clone()
+    };
+    Ok(Json(update(&app, &before, group).await?.0.templates))
 }
 
 #[utoipa::path(

@@ -119,6 +119,10 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         crate::external::add_key,
         crate::external::list_keys,
         crate::external::revoke_key,
+        crate::agent_builds::list_builds,
+        crate::agent_builds::put_build,
+        crate::agent_builds::download_build,
+        crate::agent_builds::delete_build,
     ),
     components(
         responses(ErrorResponse),

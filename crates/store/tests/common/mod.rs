@@ -133,6 +133,9 @@ pub fn agent(id: &str, group: &str, capacity: &str) -> Agent {
         labels: BTreeMap::from([("zone".to_string(), "a".to_string())]),
         external: false,
         drained_by_hand: false,
+        version: None,
+        platform: None,
+        updating: None,
         idle_since: None,
         devices: Vec::new(),
     }

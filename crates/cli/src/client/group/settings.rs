@@ -54,6 +54,16 @@ pub struct Settings {
     /// External agents taking part at once, at most (default 10).
     #[arg(long, value_name = "N")]
     external_limit: Option<u32>,
+    /// Whether idle agents update themselves to --agent-update-target (an uploaded
+    /// `corral agent-build`).
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    agent_update: Option<bool>,
+    /// The version the group's agents are to run.
+    #[arg(long, value_name = "VERSION")]
+    agent_update_target: Option<String>,
+    /// How long an agent holds nothing before it updates (default 60).
+    #[arg(long, value_name = "SECS")]
+    agent_update_idle_secs: Option<u64>,
 }
 
 fn on_off(s: &str) -> Result<bool, String> {
@@ -145,6 +155,27 @@ impl Settings {
             set(external, "enabled", self.external.map(Value::from));
             set(external, "limit", self.external_limit.map(Value::from));
         }
+        if self.agent_update.is_some()
+            || self.agent_update_target.is_some()
+            || self.agent_update_idle_secs.is_some()
+        {
+            let update = policy.entry("agent_update").or_insert_with(|| json!({}));
+            if !update.is_object() {
+                *update = json!({});
+            }
+            let update = update.as_object_mut().expect("made an object above");
+            set(update, "enabled", self.agent_update.map(Value::from));
+            set(
+                update,
+                "target",
+                self.agent_update_target.clone().map(Value::from),
+            );
+            set(
+                update,
+                "idle_wait_secs",
+                self.agent_update_idle_secs.map(Value::from),
+            );
+        }
     }
 }
 
@@ -213,7 +244,7 @@ pub(super) fn policy_patch(
         }
     }
     if patch.is_empty() {
-        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit or --file");
+        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit, --agent-update, --agent-update-target, --agent-update-idle-secs or --file");
     }
     Ok(Value::Object(patch))
 }

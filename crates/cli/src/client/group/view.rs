@@ -67,6 +67,17 @@ pub(super) fn print_group(view: &GroupView) {
                 "off".into()
             },
         ),
+        (
+            "agent update",
+            match (&p.agent_update.enabled, &p.agent_update.target) {
+                (true, Some(target)) => format!(
+                    "on, to {target} after {}s idle",
+                    p.agent_update.idle_wait_secs
+                ),
+                (true, None) => "on, no target".into(),
+                (false, _) => "off".into(),
+            },
+        ),
         ("scheduler", word(&s.sequencer)),
         ("placement", word(&s.placement)),
         ("head of line", head_of_line),
