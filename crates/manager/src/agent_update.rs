@@ -4,11 +4,15 @@
 //! update leaves it on its version, unmarked, with an event, and is not tried again until the
 //! target changes.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use corral_api::agent_builds::{UpdateFailure, UpdateOrder};
 use corral_api::protocol::{JoinRequest, ReportedState, SyncRequest};
 use corral_core::agent_update::update_due;
 use corral_core::{Agent, AgentState, AgentUpdate, Timestamp};
-use corral_store::NewEvent;
+use corral_store::{Heard, NewEvent};
 
 use crate::error::ApiError;
 use crate::names::check_version;
@@ -36,6 +40,7 @@ fn runs(agent: &Agent) -> &str {
 pub(crate) async fn order(
     app: &App,
     id: &str,
+    heard: &Heard,
     req: &SyncRequest,
     now: Timestamp,
 ) -> Result<Option<UpdateOrder>> {
@@ -47,6 +52,10 @@ pub(crate) async fn order(
         .iter()
         .any(|s| matches!(s.state, ReportedState::Running | ReportedState::Starting));
     if runs_sessions || req.draining {
+        return Ok(None);
+    }
+    // Most syncs stop here, having read nothing: the group's policy is kept in memory.
+    if !heard.updating && !app.update_policies.wanted(app, &heard.group).await? {
         return Ok(None);
     }
     let Some(standing) = app.store.update_standing(id).await? else {
@@ -90,6 +99,40 @@ pub(crate) async fn order(
         sha256: build.sha256,
         size: build.size,
     }))
+}
+
+/// How long a group's agent update policy is taken as read: a change made by another manager
+/// on the same database is seen this late (one made here, at once).
+const POLICY_TTL: Duration = Duration::from_secs(1);
+
+/// Per group, whether its agent update policy asks for updates at all, as last read.
+#[derive(Default)]
+pub(crate) struct Policies(Mutex<HashMap<String, (bool, Instant)>>);
+
+impl Policies {
+    /// Whether `group`'s policy is on with a target.
+    async fn wanted(&self, app: &App, group: &str) -> Result<bool> {
+        if let Some((wanted, at)) = self.lock().get(group) {
+            if at.elapsed() < POLICY_TTL {
+                return Ok(*wanted);
+            }
+        }
+        let wanted = app.store.get_group(group).await?.is_some_and(|g| {
+            g.policy.agent_update.enabled && g.policy.agent_update.target.is_some()
+        });
+        self.lock()
+            .insert(group.to_string(), (wanted, Instant::now()));
+        Ok(wanted)
+    }
+
+    /// The group's settings changed here: read them again at the next sync.
+    pub(crate) fn forget(&self, group: &str) {
+        self.lock().remove(group);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (bool, Instant)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// The agent could not update: it stays on its version, unmarked, and is not asked again
@@ -175,6 +218,7 @@ pub(crate) async fn policy_changed(
     after: &AgentUpdate,
     now: Timestamp,
 ) -> Result<()> {
+    app.update_policies.forget(group);
     if before == after {
         return Ok(());
     }

@@ -298,11 +298,12 @@ async fn sync(
 ) -> Result<Json<SyncResponse>> {
     acts_as(&caller, &id)?;
     let now = now();
-    let (state, external) = app
+    let heard = app
         .store
         .touch_agent(&id, now)
         .await?
         .ok_or_else(|| ApiError::not_found("agent", &id))?;
+    let (state, external) = (heard.state, heard.external);
     if state == AgentState::Terminated {
         // It was let go: it should run nothing.
         return Ok(Json(SyncResponse {
@@ -455,7 +456,7 @@ async fn sync(
         }));
     }
     // An idle agent due for an update (marked now) is told at once.
-    if let Some(order) = crate::agent_update::order(&app, &id, &req, now).await? {
+    if let Some(order) = crate::agent_update::order(&app, &id, &heard, &req, now).await? {
         return Ok(Json(SyncResponse {
             start: Vec::new(),
             stop,

@@ -182,6 +182,8 @@ pub struct App {
     serving: Arc<serve::Serving>,
     batches: Arc<batch::Batches>,
     batch_sessions: Arc<batch_sessions::Follower>,
+    /// Per group, whether agents are to update (what an idle agent's sync looks at first).
+    update_policies: Arc<agent_update::Policies>,
     /// On SQLite: this manager's hold on its data directory ([`single`]).
     _data_dir_lock: Option<Arc<single::DataDirLock>>,
 }
@@ -240,6 +242,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         health: Arc::default(),
         batches: Arc::default(),
         batch_sessions: Arc::default(),
+        update_policies: Arc::default(),
         _data_dir_lock: data_dir_lock.map(Arc::new),
     };
     tokio::spawn(agents::watch_liveness(app.clone()));

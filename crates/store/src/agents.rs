@@ -17,6 +17,16 @@ macro_rules! agent_columns {
 }
 pub(crate) use agent_columns;
 
+/// An agent as its sync finds it ([`Store::touch_agent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heard {
+    pub state: AgentState,
+    pub external: bool,
+    pub group: String,
+    /// Marked to update itself.
+    pub updating: bool,
+}
+
 pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
     let f = Fields::new(row, "agent", "id")?;
     Ok(Agent {
@@ -193,22 +203,25 @@ impl Store {
 }
 
 impl Store {
-    /// An agent was heard from: its heartbeat time is now. Returns its state and whether it is
-    /// external, or `None` if there is no such agent.
-    pub async fn touch_agent(
-        &self,
-        id: &str,
-        now: Timestamp,
-    ) -> Result<Option<(AgentState, bool)>> {
-        let row =
-            sqlx::query("UPDATE agents SET last_seen = $2 WHERE id = $1 RETURNING state, external")
-                .bind(id)
-                .bind(now.0)
-                .fetch_optional(&self.write)
-                .await?;
+    /// An agent was heard from: its heartbeat time is now. What its sync goes by, or `None` if
+    /// there is no such agent.
+    pub async fn touch_agent(&self, id: &str, now: Timestamp) -> Result<Option<Heard>> {
+        let row = sqlx::query(
+            "UPDATE agents SET last_seen = $2 WHERE id = $1 \
+             RETURNING state, external, group_name, updating",
+        )
+        .bind(id)
+        .bind(now.0)
+        .fetch_optional(&self.write)
+        .await?;
         row.map(|r| {
             let f = Fields::new(&r, "agent", "state")?;
-            Ok((f.name("state")?, f.flag("external")?))
+            Ok(Heard {
+                state: f.name("state")?,
+                external: f.flag("external")?,
+                group: f.text("group_name")?,
+                updating: f.opt_text("updating")?.is_some(),
+            })
         })
         .transpose()
     }
