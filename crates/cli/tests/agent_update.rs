@@ -100,6 +100,24 @@ fn an_idle_agent_updates_itself_and_a_corrupt_build_changes_nothing() {
         let put = ok(c.cli(&["agent-build", "put", build.to_str().unwrap()]));
         assert!(put.starts_with("agent build 9.0.0-"), "{put}");
     }
+    // A version names one file: another file under it is refused, and nothing is left of it.
+    let other = c.cli(&[
+        "agent-build",
+        "put",
+        a.to_str().unwrap(),
+        "--version",
+        "9.0.0-b",
+    ]);
+    assert!(!other.status.success());
+    assert!(
+        text(&other.stderr).contains("held already"),
+        "{}",
+        text(&other.stderr)
+    );
+    let kept = std::fs::read_dir(c.dir.path().join("data").join("agent-builds"))
+        .unwrap()
+        .count();
+    assert_eq!(kept, 2, "one file a build, no partial upload left");
     let builds = c.json(&["agent-build", "ls", "-o", "json"]);
     assert_eq!(builds.as_array().map(Vec::len), Some(2), "{builds}");
     // Damaged on the manager's disk after it was uploaded: the agent must find out.

@@ -108,25 +108,17 @@ pub(crate) async fn put_build(
     check_platform(&platform)?;
     let dir = builds_dir(&app);
     tokio::fs::create_dir_all(&dir).await.map_err(io_error)?;
-    let partial = dir.join(format!(".partial-{}", random_hex(12)));
-    let received = receive(body, &partial).await;
-    let (sha256, size) = match received {
-        Ok(got) => got,
-        Err(e) => {
-            let _ = tokio::fs::remove_file(&partial).await;
-            return Err(e);
-        }
-    };
+    let path = dir.join(format!(".partial-{}", random_hex(12)));
+    let mut partial = Partial(Some(path.clone()));
+    let (sha256, size) = receive(body, &path).await?;
     if size == 0 {
-        let _ = tokio::fs::remove_file(&partial).await;
         return Err(ApiError::invalid("body", "the build is empty"));
     }
     // Kept under its digest: the same file under two versions is one file.
-    let kept = dir.join(&sha256);
-    if let Err(e) = tokio::fs::rename(&partial, &kept).await {
-        let _ = tokio::fs::remove_file(&partial).await;
-        return Err(io_error(e));
-    }
+    tokio::fs::rename(&path, dir.join(&sha256))
+        .await
+        .map_err(io_error)?;
+    partial.0 = None;
     let build = AgentBuild {
         version,
         platform,
@@ -139,6 +131,18 @@ pub(crate) async fn put_build(
         Err(e) => {
             forget_file_unless_held(&app, &build.sha256).await;
             Err(e.into())
+        }
+    }
+}
+
+/// A build being received: removed unless it was kept, also when the upload is abandoned (the
+/// client went away, and the handler with it).
+struct Partial(Option<std::path::PathBuf>);
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
