@@ -267,6 +267,20 @@ fn an_idle_agent_updates_itself_and_a_corrupt_build_changes_nothing() {
     until_state(&c, &third, "succeeded");
     assert_eq!(c.listed(&third)["agent"], "u1");
 
+    // A build a group targets stays; one no group targets goes, with its file.
+    let targeted = c.cli(&["agent-build", "rm", "9.0.0-b"]);
+    assert!(!targeted.status.success());
+    assert!(
+        text(&targeted.stderr).contains("agent update target of group(s) up"),
+        "{}",
+        text(&targeted.stderr)
+    );
+    let removed = ok(c.cli(&["agent-build", "rm", "9.0.0-bad"]));
+    assert!(removed.contains("agent build 9.0.0-bad for"), "{removed}");
+    assert!(!kept.exists(), "the damaged build's file is gone");
+    let builds = c.json(&["agent-build", "ls", "-o", "json"]);
+    assert_eq!(builds.as_array().map(Vec::len), Some(1), "{builds}");
+
     // What happened, in order: marked only after the first session ended, one try at the
     // damaged build, one update to B.
     let events = events_of(&c, "u1");
