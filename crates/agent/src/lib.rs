@@ -9,6 +9,7 @@ use std::time::Duration;
 
 mod admit;
 mod checkpoint;
+mod images;
 pub mod metadata;
 pub mod update;
 
@@ -146,6 +147,8 @@ struct Agent {
     ended: Ended,
     /// Log bytes the manager has, per session and stream.
     offsets: tokio::sync::Mutex<HashMap<(String, &'static str), u64>>,
+    /// The images it holds, kept current while its group's policy says so.
+    images: images::Images,
 }
 
 impl Agent {
@@ -178,6 +181,7 @@ pub async fn run(
         devices: OnceLock::new(),
         ended: Ended::default(),
         offsets: tokio::sync::Mutex::default(),
+        images: images::Images::default(),
     });
     tokio::select! {
         r = serve(agent) => r,
@@ -247,6 +251,11 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             }
         }
     }));
+    // Images are checked beside the syncs, so that a slow registry or pull delays nothing.
+    let _images = agent
+        .runtime
+        .docker()
+        .map(|_| AbortOnDrop(tokio::spawn(keep_images_current(agent.clone()))));
     let mut join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
     let mut rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
     // An update that failed, told at the next sync.
@@ -280,6 +289,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         };
         tracing::info!(agent = config.id, group = config.group, "joined");
         *lock(&agent.token) = joined.token.clone();
+        agent.images.joined();
         join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
         let heartbeat = Duration::from_secs(joined.heartbeat_secs.max(1));
         let mut sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
@@ -307,6 +317,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             let finished: Vec<SessionReport> = lock(&agent.ended.reports).clone();
             sessions.extend(finished.iter().cloned());
             let draining = drain_at.is_some_and(|at| tokio::time::Instant::now() >= at);
+            let images = agent.images.report();
             let request = SyncRequest {
                 sessions,
                 wait_secs: if finished.is_empty() {
@@ -316,6 +327,8 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 },
                 draining,
                 update_failed: update_failed.clone(),
+                images: images.images.clone(),
+                image_problems: images.problems.clone(),
             };
             let drain_due = async {
                 match drain_at {
@@ -324,14 +337,20 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 }
             };
             let answer = tokio::select! {
-                a = as_agent.sync(&config.id, &request) => a,
+                a = as_agent.sync(&config.id, &request) => Some(a),
                 // Something ended while the sync waited: report it now.
-                () = bell => continue,
+                () = bell => None,
                 // Time to drain while the sync waited: say so now, not a heartbeat later.
-                () = drain_due => continue,
+                () = drain_due => None,
             };
+            let Some(answer) = answer else {
+                agent.images.reported(images, false);
+                continue;
+            };
+            agent.images.reported(images, answer.is_ok());
             match answer {
                 Ok(resp) => {
+                    agent.images.set_policy(resp.images.clone());
                     sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
                     rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
                     lock(&agent.ended.reports).retain(|r| !finished.contains(r));
@@ -367,6 +386,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                         update_failed = Some(UpdateFailure {
                             version: order.version,
                             reason,
+                            runs: Some(corral_api::agent_builds::version().to_string()),
                         });
                     }
                 }
@@ -391,6 +411,32 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     tokio::time::sleep(sync_retry.next().unwrap_or(heartbeat)).await;
                 }
             }
+        }
+    }
+}
+
+/// Checks the images the agent holds whenever the policy says (Docker runtime only), and has
+/// what changed or failed reported at once.
+async fn keep_images_current(agent: Arc<Agent>) {
+    let Some(docker) = agent.runtime.docker() else {
+        return;
+    };
+    let http = corral_api::tls::client_builder(true, agent.config.ca_file.as_deref())
+        .map_err(|e| e.to_string())
+        .and_then(|b| b.build().map_err(|e| e.to_string()));
+    let registries = match http {
+        Ok(http) => corral_registry::Registries::new(http, Vec::new()),
+        Err(e) => {
+            tracing::error!(error = e, "no registry client: images are not kept current");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if agent.images.check_if_due(docker, &registries).await {
+            agent.ended.bell.notify_waiters();
         }
     }
 }
@@ -514,11 +560,11 @@ async fn start(agent: &Arc<Agent>, a: Assignment) {
         Ok(Err(e)) => tracing::warn!(session = a.id, error = %e, "session record not kept"),
         Err(e) => tracing::warn!(session = a.id, error = %e, "session record not kept"),
     }
-    match agent
-        .runtime
-        .start(&spec_of(&a, &agent.config.group), &agent.config.work_root)
-        .await
-    {
+    let mut spec = spec_of(&a, &agent.config.group);
+    if let (Some(docker), Some(image)) = (agent.runtime.docker(), &a.image) {
+        spec.image = Some(agent.images.pinned(docker, image).await);
+    }
+    match agent.runtime.start(&spec, &agent.config.work_root).await {
         Ok(()) => {
             tracing::info!(session = a.id, "started");
             lock(&agent.running).insert(a.id.clone(), a.clone());

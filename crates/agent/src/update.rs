@@ -36,11 +36,7 @@ pub(crate) async fn apply(
     order: &UpdateOrder,
 ) -> Result<std::convert::Infallible, String> {
     // The version names a file beside the binary.
-    let plain = |c: char| c.is_ascii_alphanumeric() || "._-+".contains(c);
-    if order.version.is_empty()
-        || order.version.starts_with('.')
-        || !order.version.chars().all(plain)
-    {
+    if !corral_core::agent_update::is_version(&order.version) {
         return Err(format!("{:?} is not a version", order.version));
     }
     let here = corral_api::agent_builds::platform();

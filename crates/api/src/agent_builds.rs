@@ -37,6 +37,9 @@ pub struct UpdateOrder {
 pub struct UpdateFailure {
     pub version: String,
     pub reason: String,
+    /// The version the agent runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<String>,
 }
 
 /// Comes right before the version in a built binary. The version a build reports can be

@@ -65,6 +65,13 @@ pub struct SyncRequest {
     /// It could not update to the build the manager named: it runs on as it was.
     #[serde(default)]
     pub update_failed: Option<crate::agent_builds::UpdateFailure>,
+    /// Every image it holds, sent when that changed since its last sync (a pull, a first
+    /// session of an image) and after it joins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<crate::images::HeldImage>>,
+    /// Images it could not check or pull since its last sync.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_problems: Vec<crate::images::ImageProblem>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +118,10 @@ pub struct SyncResponse {
     /// lands on it): the build to download, check and run instead of itself.
     #[serde(default)]
     pub update: Option<crate::agent_builds::UpdateOrder>,
+    /// Set while its group's image auto-update policy is on: how often it checks the images
+    /// it holds. Unset, it pulls nothing by itself.
+    #[serde(default)]
+    pub images: Option<crate::images::ImageCheck>,
 }
 
 /// A session to start, with everything the agent needs.

@@ -345,8 +345,7 @@ async fn sim_agent(client: Client, id: String, stats: Arc<SimStats>) {
     let body = SyncRequest {
         sessions: Vec::new(),
         wait_secs: HEARTBEAT.as_secs(),
-        draining: false,
-        update_failed: None,
+        ..SyncRequest::default()
     };
     let mut last: Option<Instant> = None;
     loop {

@@ -30,6 +30,16 @@ impl Default for AgentUpdate {
     }
 }
 
+/// Whether `text` is a version as agent builds are named (it becomes a file name): 1-64
+/// letters, digits, `.`, `_`, `-` or `+`, starting with a letter or digit.
+pub fn is_version(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-+".contains(c))
+        && text.starts_with(|c: char| c.is_ascii_alphanumeric())
+}
+
 /// The version `agent` is to update to at `now`, if any: the policy is on with a target; the
 /// agent said which version it runs, and it is another; it is alive (not marked, lost or
 /// draining), not external (its machine is its owner's), and idle for the wait; and its last

@@ -10,6 +10,7 @@ pub mod devices;
 pub mod dimensions;
 pub mod governor;
 pub mod grants;
+pub mod image_update;
 pub mod ledger;
 pub mod model;
 #[cfg(feature = "openapi")]
@@ -31,6 +32,7 @@ pub use cycle::cycle;
 pub use decisions::*;
 pub use devices::{Device, DeviceConstraint, DeviceGrant, DeviceSet};
 pub use governor::{Governor, LaunchLimit, LaunchSettings};
+pub use image_update::ImageAutoUpdate;
 pub use model::*;
 pub use slots::{Quantity, Share, SlotError, SlotName, Slots};
 pub use snapshot::Snapshot;

@@ -107,6 +107,8 @@ pub struct ScalingPolicy {
     pub external: ExternalAgents,
     /// Whether idle agents update themselves to a target build.
     pub agent_update: crate::AgentUpdate,
+    /// Whether agents keep the images they hold current with their registry.
+    pub image_update: crate::ImageAutoUpdate,
 }
 
 /// Agents that no provider of the group launched: they join by proving they hold a key
@@ -223,6 +225,7 @@ impl Default for ScalingPolicy {
             termination: Termination::default(),
             external: ExternalAgents::default(),
             agent_update: crate::AgentUpdate::default(),
+            image_update: crate::ImageAutoUpdate::default(),
         }
     }
 }

@@ -273,6 +273,19 @@ crate::schema_type!(
     })
 );
 
+crate::schema_type!(
+    /// A content digest, as registries name images.
+    Digest = json!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"})
+);
+
+crate::schema_type!(
+    /// A registry user name or password: no control character.
+    Credential = json!({
+        "type": "string", "minLength": 1, "maxLength": 4096,
+        "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$"
+    })
+);
+
 /// What the manager's `names.rs` accepts as an image name: a container image reference.
 pub const IMAGE_NAME_PATTERN: &str =
     "^[A-Za-z0-9][A-Za-z0-9._:@-]*(?:/[A-Za-z0-9][A-Za-z0-9._:@-]*)*$";

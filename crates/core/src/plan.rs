@@ -162,6 +162,7 @@ impl Problem {
                 termination: g.termination.unwrap_or(d.termination),
                 external: d.external,
                 agent_update: d.agent_update.clone(),
+                image_update: d.image_update,
             },
             scheduler: SchedulerConfig {
                 sequencer: g.scheduler.unwrap_or_default(),

@@ -176,9 +176,8 @@ async fn receive(body: Body, partial: &std::path::Path) -> Result<(String, u64)>
 async fn forget_file_unless_held(app: &App, sha256: &str) {
     let held = app
         .store
-        .list_agent_builds()
+        .agent_build_file_held(sha256)
         .await
-        .map(|builds| builds.iter().any(|b| b.sha256 == sha256))
         .unwrap_or(true);
     if !held {
         let _ = tokio::fs::remove_file(builds_dir(app).join(sha256)).await;

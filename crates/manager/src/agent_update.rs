@@ -4,10 +4,6 @@
 //! update leaves it on its version, unmarked, with an event, and is not tried again until the
 //! target changes.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use corral_api::agent_builds::{UpdateFailure, UpdateOrder};
 use corral_api::protocol::{JoinRequest, ReportedState, SyncRequest};
 use corral_core::agent_update::update_due;
@@ -19,17 +15,6 @@ use crate::names::check_version;
 use crate::App;
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
-
-fn event(agent: &Agent, kind: &str, message: String, now: Timestamp) -> NewEvent {
-    NewEvent {
-        at: now,
-        group: Some(agent.group.clone()),
-        session: None,
-        agent: Some(agent.id.0.clone()),
-        kind: kind.into(),
-        message,
-    }
-}
 
 fn runs(agent: &Agent) -> &str {
     agent.version.as_deref().unwrap_or("an unknown version")
@@ -45,7 +30,7 @@ pub(crate) async fn order(
     now: Timestamp,
 ) -> Result<Option<UpdateOrder>> {
     if let Some(failure) = &req.update_failed {
-        failed(app, id, failure, now).await?;
+        failed(app, id, heard, failure, now).await?;
     }
     let runs_sessions = req
         .sessions
@@ -55,8 +40,11 @@ pub(crate) async fn order(
         return Ok(None);
     }
     // Most syncs stop here, having read nothing: the group's policy is kept in memory.
-    if !heard.updating && !app.update_policies.wanted(app, &heard.group).await? {
-        return Ok(None);
+    if !heard.updating {
+        let policy = app.policies.policy(&app.store, &heard.group).await?;
+        if !policy.is_some_and(|p| p.agent_update.enabled && p.agent_update.target.is_some()) {
+            return Ok(None);
+        }
     }
     let Some(standing) = app.store.update_standing(id).await? else {
         return Ok(None);
@@ -85,7 +73,11 @@ pub(crate) async fn order(
         );
         let marked = app
             .store
-            .mark_for_update(id, &target, &event(agent, "updating", message, now))
+            .mark_for_update(
+                id,
+                &target,
+                &NewEvent::of_agent(now, &agent.group, id, "updating", message),
+            )
             .await?;
         if !marked {
             return Ok(None); // Something landed on it meanwhile.
@@ -101,53 +93,19 @@ pub(crate) async fn order(
     }))
 }
 
-/// How long a group's agent update policy is taken as read: a change made by another manager
-/// on the same database is seen this late (one made here, at once).
-const POLICY_TTL: Duration = Duration::from_secs(1);
-
-/// Per group, whether its agent update policy asks for updates at all, as last read.
-#[derive(Default)]
-pub(crate) struct Policies(Mutex<HashMap<String, (bool, Instant)>>);
-
-impl Policies {
-    /// Whether `group`'s policy is on with a target.
-    async fn wanted(&self, app: &App, group: &str) -> Result<bool> {
-        if let Some((wanted, at)) = self.lock().get(group) {
-            if at.elapsed() < POLICY_TTL {
-                return Ok(*wanted);
-            }
-        }
-        let wanted = app.store.get_group(group).await?.is_some_and(|g| {
-            g.policy.agent_update.enabled && g.policy.agent_update.target.is_some()
-        });
-        self.lock()
-            .insert(group.to_string(), (wanted, Instant::now()));
-        Ok(wanted)
-    }
-
-    /// The group's settings changed here: read them again at the next sync.
-    pub(crate) fn forget(&self, group: &str) {
-        self.lock().remove(group);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (bool, Instant)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The agent could not update: it stays on its version, unmarked, and is not asked again
 /// for this target.
-async fn failed(app: &App, id: &str, failure: &UpdateFailure, now: Timestamp) -> Result<()> {
-    let Some(agent) = app.store.get_agent(id).await? else {
-        return Ok(());
-    };
-    if agent.updating.as_deref() != Some(failure.version.as_str()) {
-        return Ok(()); // Reported already, or not asked.
-    }
+async fn failed(
+    app: &App,
+    id: &str,
+    heard: &Heard,
+    failure: &UpdateFailure,
+    now: Timestamp,
+) -> Result<()> {
     let message = format!(
         "agent {id} could not update to {}, and runs on {}: {}",
         failure.version,
-        runs(&agent),
+        failure.runs.as_deref().unwrap_or("an unknown version"),
         failure.reason
     );
     tracing::warn!(
@@ -156,9 +114,9 @@ async fn failed(app: &App, id: &str, failure: &UpdateFailure, now: Timestamp) ->
         reason = failure.reason,
         "agent update failed"
     );
-    let e = event(&agent, "update_failed", message, now);
-    if app.store.end_update(id, Some(&failure.version), &e).await? {
-        app.control.wake(&agent.group);
+    let e = NewEvent::of_agent(now, &heard.group, id, "update_failed", message);
+    if app.store.end_update(id, &failure.version, true, &e).await? {
+        app.control.wake(&heard.group);
     }
     Ok(())
 }
@@ -175,20 +133,20 @@ pub(crate) async fn joined(
         return Ok(());
     };
     let version = req.version.as_deref().unwrap_or("an unknown version");
-    let (failed, e) = if version == target {
+    let (kind, message) = if version == target {
         let message = format!("agent {} updated from {} to {target}", req.id, runs(agent));
-        (None, event(agent, "updated", message, now))
+        ("updated", message)
     } else {
         let message = format!(
             "agent {} could not update to {target}: it joined again on {version}",
             req.id
         );
-        (
-            Some(target.as_str()),
-            event(agent, "update_failed", message, now),
-        )
+        ("update_failed", message)
     };
-    app.store.end_update(&req.id, failed, &e).await?;
+    let e = NewEvent::of_agent(now, &agent.group, &req.id, kind, message);
+    app.store
+        .end_update(&req.id, target, kind == "update_failed", &e)
+        .await?;
     Ok(())
 }
 
@@ -218,7 +176,6 @@ pub(crate) async fn policy_changed(
     after: &AgentUpdate,
     now: Timestamp,
 ) -> Result<()> {
-    app.update_policies.forget(group);
     if before == after {
         return Ok(());
     }
@@ -231,14 +188,7 @@ pub(crate) async fn policy_changed(
         (false, _) => "agent update off".to_string(),
     };
     app.store
-        .record_event(&NewEvent {
-            at: now,
-            group: Some(group.to_string()),
-            session: None,
-            agent: None,
-            kind: "policy".into(),
-            message,
-        })
+        .record_event(&NewEvent::of_group(now, group, "policy", message))
         .await?;
     Ok(())
 }

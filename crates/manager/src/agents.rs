@@ -14,8 +14,8 @@ use axum::{Json, Router};
 use corral_api::protocol::*;
 use corral_api::sessions::OutputFile;
 use corral_core::devices::check_devices;
-use corral_core::{Agent, AgentId, AgentState, SessionState, Slots};
-use corral_store::{NewEvent, Role, SessionFilter, SessionRecord};
+use corral_core::{Agent, AgentId, AgentState, SessionState, Slots, Timestamp};
+use corral_store::{Heard, NewEvent, Role, SessionFilter, SessionRecord};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -303,20 +303,34 @@ async fn sync(
         .touch_agent(&id, now)
         .await?
         .ok_or_else(|| ApiError::not_found("agent", &id))?;
-    let (state, external) = (heard.state, heard.external);
-    if state == AgentState::Terminated {
+    if heard.state == AgentState::Terminated {
         // It was let go: it should run nothing.
         return Ok(Json(SyncResponse {
-            start: Vec::new(),
             stop: req.sessions.iter().map(|s| s.id.clone()).collect(),
-            leave: None,
-            update: None,
+            ..SyncResponse::default()
         }));
     }
+    crate::image_update::reported(&app, &id, &heard, &req, now).await?;
+    let mut answer = answer(&app, &id, &heard, &req, now).await?;
+    answer.images = crate::image_update::order(&app, &heard).await?;
+    Ok(Json(answer))
+}
+
+/// What the sync of agent `id` (not terminated) answers, once it is heard: its reports
+/// recorded, what to start, stop, and whether to leave or update.
+async fn answer(
+    app: &App,
+    id: &str,
+    heard: &Heard,
+    req: &SyncRequest,
+    now: Timestamp,
+) -> Result<SyncResponse> {
+    let id = id.to_string();
+    let (state, external) = (heard.state, heard.external);
     // An external agent whose key was revoked (or whose group no longer takes external
     // agents) has what ended recorded, then is told to stop the rest and leave.
     let dismissed = match external {
-        true => crate::external::dismissal(&app, &id, state, now).await?,
+        true => crate::external::dismissal(app, &id, state, now).await?,
         false => None,
     };
     match state {
@@ -448,21 +462,22 @@ async fn sync(
 
     if let Some(reason) = dismissed {
         stop.extend(running);
-        return Ok(Json(SyncResponse {
+        return Ok(SyncResponse {
             start: Vec::new(),
             stop,
             leave: Some(reason),
-            update: None,
-        }));
+            ..SyncResponse::default()
+        });
     }
     // An idle agent due for an update (marked now) is told at once.
-    if let Some(order) = crate::agent_update::order(&app, &id, &heard, &req, now).await? {
-        return Ok(Json(SyncResponse {
+    if let Some(order) = crate::agent_update::order(app, &id, heard, req, now).await? {
+        return Ok(SyncResponse {
             start: Vec::new(),
             stop,
             leave: None,
             update: Some(order),
-        }));
+            ..SyncResponse::default()
+        });
     }
 
     let waker = app.control.agent_waker(&id);
@@ -472,33 +487,33 @@ async fn sync(
         let notified = waker.notified();
         // Dismissed while the sync waited: told now, not a heartbeat later.
         if woken && external {
-            if let Some(reason) = crate::external::dismissal(&app, &id, state, now).await? {
+            if let Some(reason) = crate::external::dismissal(app, &id, state, now).await? {
                 stop.extend(running);
-                return Ok(Json(SyncResponse {
+                return Ok(SyncResponse {
                     start: Vec::new(),
                     stop,
                     leave: Some(reason),
-                    update: None,
-                }));
+                    ..SyncResponse::default()
+                });
             }
         }
         woken = true;
-        let start = assignments(&app, &id, &running).await?;
+        let start = assignments(app, &id, &running).await?;
         if !start.is_empty() || !stop.is_empty() || tokio::time::Instant::now() >= deadline {
-            return Ok(Json(SyncResponse {
+            return Ok(SyncResponse {
                 start,
                 stop,
                 leave: None,
-                update: None,
-            }));
+                ..SyncResponse::default()
+            });
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
-            return Ok(Json(SyncResponse {
+            return Ok(SyncResponse {
                 start,
                 stop,
                 leave: None,
-                update: None,
-            }));
+                ..SyncResponse::default()
+            });
         }
     }
 }

@@ -239,6 +239,7 @@ pub fn router(app: App) -> Router {
         .merge(crate::agents::routes())
         .merge(crate::external::routes())
         .merge(crate::agent_builds::routes())
+        .merge(crate::registry_logins::routes())
         .merge(crate::ui::routes())
         .route_layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .fallback(|| async {

@@ -289,7 +289,7 @@ impl Control {
                         .chain(decisions.waiting.iter().map(|w| &w.session));
                     self.sessions.bump_each(decided.map(|s| s.0.as_str()));
                     if !changes_agents {
-                        self.views.remember(snapshot, generation);
+                        self.views.remember_view(snapshot, generation);
                     }
                     return Ok(PassResult {
                         applied,

@@ -300,14 +300,7 @@ pub(crate) async fn policy_changed(
         false => "external agents may not join; those in the group are told to leave".into(),
     };
     app.store
-        .record_event(&NewEvent {
-            at: now,
-            group: Some(group.into()),
-            session: None,
-            agent: None,
-            kind: "policy".into(),
-            message,
-        })
+        .record_event(&NewEvent::of_group(now, group, "policy", message))
         .await?;
     if before.enabled && !after.enabled {
         let dismissed = app

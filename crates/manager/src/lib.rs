@@ -16,8 +16,10 @@ mod external;
 mod extract;
 mod health;
 pub mod history;
+mod image_update;
 pub mod metrics;
 pub mod names;
+mod registry_logins;
 pub mod scaling;
 pub mod secrets;
 pub mod serve;
@@ -182,8 +184,10 @@ pub struct App {
     serving: Arc<serve::Serving>,
     batches: Arc<batch::Batches>,
     batch_sessions: Arc<batch_sessions::Follower>,
-    /// Per group, whether agents are to update (what an idle agent's sync looks at first).
-    update_policies: Arc<agent_update::Policies>,
+    /// Each group's policy, as agents' syncs read it.
+    policies: Arc<views::Policies>,
+    /// Each group's registry accounts, as agents' syncs read them.
+    registry_logins: Arc<registry_logins::Logins>,
     /// On SQLite: this manager's hold on its data directory ([`single`]).
     _data_dir_lock: Option<Arc<single::DataDirLock>>,
 }
@@ -242,7 +246,8 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         health: Arc::default(),
         batches: Arc::default(),
         batch_sessions: Arc::default(),
-        update_policies: Arc::default(),
+        policies: Arc::default(),
+        registry_logins: Arc::default(),
         _data_dir_lock: data_dir_lock.map(Arc::new),
     };
     tokio::spawn(agents::watch_liveness(app.clone()));

@@ -38,7 +38,7 @@ pub fn check_name(field: &str, name: &str) -> Result<(), ApiError> {
 /// Versions of Corral (`1.4.0`, `1.4.0-rc.1+site.2`): 1-64 letters, digits, `.`, `_`, `-` or
 /// `+`, starting with a letter or digit. A version is a URL path segment.
 pub fn check_version(field: &str, version: &str) -> Result<(), ApiError> {
-    if is_word(version, "._-+") {
+    if corral_core::agent_update::is_version(version) {
         return Ok(());
     }
     Err(ApiError::invalid(

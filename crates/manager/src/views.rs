@@ -1,45 +1,56 @@
-//! Admission views: per group, what admission at submit needs (the group, its agents, the
-//! images; no sessions), kept in memory so a submit reads nothing but what it writes.
+//! What the manager keeps in memory per group so that the busiest requests read nothing else:
+//! admission views (what admission at submit needs: the group, its agents, the images; no
+//! sessions) and the group's policy (what an agent's sync needs of it).
 //!
-//! Every change this manager makes to a group bumps the group's generation and drops its view;
-//! a view read before the bump is never kept after it. Views also expire after `VIEW_TTL`, for
-//! changes made by other managers on the same database; the cycle re-checks admission anyway.
+//! Every change this manager makes to a group bumps the group's generation and drops what is
+//! kept of it; a value read before the bump is never kept after it. Values also expire after a
+//! second, for changes made by other managers on the same database; the cycle re-checks
+//! admission anyway.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use corral_core::Snapshot;
+use corral_core::{ScalingPolicy, Snapshot};
+use corral_store::Store;
 
-const VIEW_TTL: Duration = Duration::from_secs(1);
+const TTL: Duration = Duration::from_secs(1);
 
-#[derive(Default)]
-pub struct Views(Mutex<HashMap<String, Entry>>);
+/// Per group, a value read from the store, kept for [`TTL`] unless the group changes.
+pub struct Remembered<V>(Mutex<HashMap<String, Entry<V>>>);
 
-#[derive(Default)]
-struct Entry {
+struct Entry<V> {
     generation: u64,
-    view: Option<(Arc<Snapshot>, Instant)>,
+    value: Option<(V, Instant)>,
 }
 
-impl Views {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+impl<V> Default for Remembered<V> {
+    fn default() -> Self {
+        Remembered(Mutex::default())
+    }
+}
+
+impl<V: Clone> Remembered<V> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry<V>>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The group changed: its view is stale.
+    /// The group changed: what is kept of it is stale.
     pub fn invalidate(&self, group: &str) {
         let mut map = self.lock();
-        let e = map.entry(group.to_string()).or_default();
+        let e = map.entry(group.to_string()).or_insert(Entry {
+            generation: 0,
+            value: None,
+        });
         e.generation += 1;
-        e.view = None;
+        e.value = None;
     }
 
     /// Something every group reads changed (an image).
     pub fn invalidate_all(&self) {
         for e in self.lock().values_mut() {
             e.generation += 1;
-            e.view = None;
+            e.value = None;
         }
     }
 
@@ -48,22 +59,55 @@ impl Views {
         self.lock().get(group).map_or(0, |e| e.generation)
     }
 
-    pub fn get(&self, group: &str) -> Option<Arc<Snapshot>> {
+    pub fn get(&self, group: &str) -> Option<V> {
         let map = self.lock();
-        let (view, at) = map.get(group)?.view.as_ref()?;
-        (at.elapsed() < VIEW_TTL).then(|| view.clone())
+        let (value, at) = map.get(group)?.value.as_ref()?;
+        (at.elapsed() < TTL).then(|| value.clone())
     }
 
+    /// Keeps `value` for `group`, unless the group changed since `generation` was taken.
+    pub fn remember(&self, group: &str, value: V, generation: u64) {
+        let mut map = self.lock();
+        let e = map.entry(group.to_string()).or_insert(Entry {
+            generation: 0,
+            value: None,
+        });
+        if e.generation == generation {
+            e.value = Some((value, Instant::now()));
+        }
+    }
+}
+
+/// Admission views.
+pub type Views = Remembered<Arc<Snapshot>>;
+
+impl Views {
     /// Keeps `snapshot` (without its sessions) as the group's view, unless the group changed
     /// since `generation` was taken.
-    pub fn remember(&self, mut snapshot: Snapshot, generation: u64) -> Arc<Snapshot> {
+    pub fn remember_view(&self, mut snapshot: Snapshot, generation: u64) -> Arc<Snapshot> {
         snapshot.sessions = Vec::new();
         let view = Arc::new(snapshot);
-        let mut map = self.lock();
-        let e = map.entry(view.group.name.clone()).or_default();
-        if e.generation == generation {
-            e.view = Some((view.clone(), Instant::now()));
-        }
+        self.remember(&view.group.name.clone(), view.clone(), generation);
         view
+    }
+}
+
+/// Groups' policies (`None`: no such group).
+pub type Policies = Remembered<Option<Arc<ScalingPolicy>>>;
+
+impl Policies {
+    /// `group`'s policy, as kept or read now.
+    pub async fn policy(
+        &self,
+        store: &Store,
+        group: &str,
+    ) -> corral_store::Result<Option<Arc<ScalingPolicy>>> {
+        if let Some(policy) = self.get(group) {
+            return Ok(policy);
+        }
+        let generation = self.generation(group);
+        let policy = store.get_group(group).await?.map(|g| Arc::new(g.policy));
+        self.remember(group, policy.clone(), generation);
+        Ok(policy)
     }
 }

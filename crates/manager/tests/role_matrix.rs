@@ -83,6 +83,7 @@ fn body(name: &str) -> Option<(&'static str, Vec<u8>)> {
             "proof": {"public_key": PUBLIC_KEY, "nonce": "n", "signed_at": 0, "signature": "AAAA"},
         })),
         "key" => json(json!({"name": "k", "public_key": PUBLIC_KEY})),
+        "login" => json(json!({"username": "u", "password": "p"})),
         "batch" => json(json!({"system": "gridengine"})),
         "job" => json(json!({"script": "true"})),
         "signal" => json(json!({"signal": "TERM"})),

@@ -6,20 +6,12 @@
 //! service: it answers with a real bearer challenge and takes any bearer token), the client
 //! fetches a token from the realm the challenge names, here a one-route server of the test's.
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
 use corral_registry::{Credentials, Digest, Reference, Registries, RegistryError};
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
 struct Registry {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-    log: PathBuf,
+    process: corral_testkit::Registry,
     /// How the test's own pushes authenticate.
     push_as: Option<Auth>,
 }
@@ -52,60 +44,8 @@ impl Registry {
         push_as: Option<Auth>,
     ) -> Option<Registry> {
         corral_api::tls::install_crypto_provider();
-        let found = Command::new("docker-registry")
-            .arg("--version")
-            .output()
-            .map_err(|e| format!("docker-registry: {e} (apt-get install docker-registry)"));
-        corral_testkit::require_ok("the distribution registry", found)?;
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let auth = auth(dir.path());
-        let config = dir.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog: {{level: info}}\nstorage:\n  filesystem: {{rootdirectory: {}}}\n\
-                 http: {{addr: \"127.0.0.1:{port}\"}}\n{auth}",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let log = dir.path().join("registry.log");
-        let child = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut registry = Registry {
-            child,
-            port,
-            _dir: dir,
-            log,
-            push_as,
-        };
-        let url = format!("{}/v2/", registry.url());
-        let http = reqwest::Client::new();
-        let child = &mut registry.child;
-        let log = &registry.log;
-        corral_testkit::eventually_async("the registry to answer", Duration::from_secs(30), || {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "docker-registry exited ({status}): {}",
-                    std::fs::read_to_string(log).unwrap_or_default()
-                );
-            }
-            let get = http.get(&url).send();
-            // Any answer: with auth on, the API root answers 401.
-            async move { get.await.is_ok() }
-        })
-        .await;
-        Some(registry)
+        let process = corral_testkit::Registry::start(auth)?;
+        Some(Registry { process, push_as })
     }
 
     fn authed(&self, r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
@@ -116,7 +56,7 @@ impl Registry {
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.process.url()
     }
 
     /// Uploads a blob; its digest and size.
@@ -181,19 +121,6 @@ impl Registry {
     }
 }
 
-impl Drop for Registry {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!(
-                "docker-registry's log:\n{}",
-                std::fs::read_to_string(&self.log).unwrap_or_default()
-            );
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn registries() -> Registries {
     Registries::new(reqwest::Client::new(), Vec::new())
 }
@@ -204,7 +131,7 @@ async fn a_tag_names_the_digest_of_its_latest_push() {
         return;
     };
     let r = registries();
-    let tiny: Reference = format!("127.0.0.1:{}/team/tiny:latest", registry.port)
+    let tiny: Reference = format!("127.0.0.1:{}/team/tiny:latest", registry.process.port)
         .parse()
         .unwrap();
     assert_eq!(r.base_url(&tiny), format!("{}/v2/", registry.url()));
@@ -217,7 +144,7 @@ async fn a_tag_names_the_digest_of_its_latest_push() {
     assert_eq!(r.digest(&tiny, None).await.unwrap(), v2);
     // Another tag keeps its own.
     let kept = registry.push("team/tiny", "stable", b"layer of v1").await;
-    let stable: Reference = format!("127.0.0.1:{}/team/tiny:stable", registry.port)
+    let stable: Reference = format!("127.0.0.1:{}/team/tiny:stable", registry.process.port)
         .parse()
         .unwrap();
     assert_eq!(r.digest(&stable, None).await.unwrap(), kept);
@@ -231,7 +158,7 @@ async fn a_missing_tag_and_a_registry_that_is_gone_say_so() {
         return;
     };
     let r = registries();
-    let port = registry.port;
+    let port = registry.process.port;
     registry.push("tiny", "v1", b"layer").await;
     let missing: Reference = format!("127.0.0.1:{port}/tiny:v9").parse().unwrap();
     let e = r.digest(&missing, None).await.unwrap_err();
@@ -253,21 +180,17 @@ async fn a_missing_tag_and_a_registry_that_is_gone_say_so() {
 
 #[tokio::test]
 async fn a_registry_with_htpasswd_takes_the_configured_credentials_only() {
-    let hash = bcrypt::hash("s3cret", 4).unwrap();
-    let htpasswd = |dir: &std::path::Path| {
-        let file = dir.join("htpasswd");
-        std::fs::write(&file, format!("robot:{hash}\n")).unwrap();
-        format!(
-            "auth:\n  htpasswd:\n    realm: corral-test\n    path: {}\n",
-            file.display()
-        )
-    };
     let robot = Auth::Basic("robot".into(), "s3cret".into());
-    let Some(registry) = Registry::start_with(htpasswd, Some(robot)).await else {
+    corral_api::tls::install_crypto_provider();
+    let Some(process) = corral_testkit::Registry::start_with_user("robot", "s3cret") else {
         return;
     };
+    let registry = Registry {
+        process,
+        push_as: Some(robot),
+    };
     let pushed = registry.push("private/app", "1.0", b"layer").await;
-    let app: Reference = format!("127.0.0.1:{}/private/app:1.0", registry.port)
+    let app: Reference = format!("127.0.0.1:{}/private/app:1.0", registry.process.port)
         .parse()
         .unwrap();
     let r = registries();
@@ -330,7 +253,7 @@ async fn a_bearer_challenge_is_answered_with_a_token_from_its_realm() {
         return;
     };
     let pushed = registry.push("team/tiny", "v1", b"layer").await;
-    let tiny: Reference = format!("127.0.0.1:{}/team/tiny:v1", registry.port)
+    let tiny: Reference = format!("127.0.0.1:{}/team/tiny:v1", registry.process.port)
         .parse()
         .unwrap();
     assert_eq!(registries().digest(&tiny, None).await.unwrap(), pushed);

@@ -551,7 +551,7 @@ impl Drop for DockerRuntime {
     }
 }
 
-fn docker_error(what: impl Into<String>, source: DockerError) -> RuntimeError {
+pub(crate) fn docker_error(what: impl Into<String>, source: DockerError) -> RuntimeError {
     RuntimeError::Docker {
         what: what.into(),
         source,
@@ -560,7 +560,7 @@ fn docker_error(what: impl Into<String>, source: DockerError) -> RuntimeError {
 
 /// The HTTP status of an answer in which the daemon refused a request; `None` for errors of
 /// the connection or the client.
-fn server_refusal(e: &DockerError) -> Option<u16> {
+pub(crate) fn server_refusal(e: &DockerError) -> Option<u16> {
     match e {
         DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,

@@ -27,6 +27,7 @@ mod cgroup;
 mod devices;
 mod docker;
 mod escalate;
+mod images;
 mod outputs;
 mod process;
 pub mod procfs;
@@ -46,6 +47,7 @@ pub use capacity::{detect_capacity, Capacity, Gpu, Mig, DEFAULT_NVIDIA_SMI};
 pub use devices::{CUDA_VISIBLE_DEVICES, DEFAULT_CDI_DIRS, GPU_SHARES_VAR, NVIDIA_VISIBLE_DEVICES};
 pub use docker::{DockerRuntime, LABEL_AGENT, LABEL_SESSION};
 pub use escalate::terminate_then_kill;
+pub use images::repository_of;
 pub use process::{become_subreaper, ProcessConfig, ProcessRuntime, DEFAULT_PATH, LEFTOVER_GRACE};
 pub use tracking::{COOKIE_VAR, ID_VAR};
 
@@ -152,6 +154,9 @@ pub enum RuntimeError {
         #[source]
         source: bollard::errors::Error,
     },
+    /// The daemon could not pull an image.
+    #[error("docker: pulling {reference}: {error}")]
+    Pull { reference: String, error: String },
     /// The session did not end in time after being killed.
     #[error("session {0} did not end after SIGKILL")]
     StopTimedOut(String),
@@ -293,6 +298,14 @@ impl Runtime {
         match self {
             Runtime::Process(r) => r.collect_outputs(spec, work_root).await,
             Runtime::Docker(r) => r.collect_outputs(spec, work_root).await,
+        }
+    }
+
+    /// The Docker runtime, which runs images (the process runtime runs none).
+    pub fn docker(&self) -> Option<&DockerRuntime> {
+        match self {
+            Runtime::Process(_) => None,
+            Runtime::Docker(r) => Some(r),
         }
     }
 

@@ -39,6 +39,17 @@ macro_rules! build_columns {
     };
 }
 
+async fn file_held<'e>(
+    db: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    sha256: &str,
+) -> Result<bool> {
+    let builds: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM agent_builds WHERE sha256 = $1")
+        .bind(sha256)
+        .fetch_one(db)
+        .await?;
+    Ok(builds > 0)
+}
+
 impl Store {
     /// Records `build`. Uploading the same file again is a no-op; another file under the same
     /// version and platform is `Refused` (a version names one build for good).
@@ -134,12 +145,14 @@ impl Store {
         .map(build_from_row)
         .transpose()?
         .ok_or_else(|| StoreError::not_found("agent build", format!("{version} {platform}")))?;
-        let shared: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM agent_builds WHERE sha256 = $1")
-            .bind(&build.sha256)
-            .fetch_one(&mut *tx)
-            .await?;
+        let shared = file_held(&mut *tx, &build.sha256).await?;
         tx.commit().await?;
-        Ok((build, shared > 0))
+        Ok((build, shared))
+    }
+
+    /// Whether a build names the file of digest `sha256`.
+    pub async fn agent_build_file_held(&self, sha256: &str) -> Result<bool> {
+        file_held(&self.read, sha256).await
     }
 
     /// Agent `id`, its group's update policy and its last failed target; `None` without it.
@@ -168,44 +181,45 @@ impl Store {
     /// Marks agent `id` to update itself to `target`, with `event`, if it is still alive and
     /// holds nothing; whether it was.
     pub async fn mark_for_update(&self, id: &str, target: &str, event: &NewEvent) -> Result<bool> {
-        let mut tx = self.write_tx().await?;
-        let done = sqlx::query(
+        let mark = sqlx::query(
             "UPDATE agents SET state = 'marked', updating = $2 \
              WHERE id = $1 AND state = 'alive' AND allocated = ''",
         )
         .bind(id)
-        .bind(target)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Ok(false);
-        }
-        insert_event(&mut tx, event).await?;
-        tx.commit().await?;
-        Ok(true)
+        .bind(target);
+        self.change_with_event(mark, event).await
     }
 
-    /// Ends agent `id`'s update, with `event`: its mark is lifted (not a drain by hand), and
-    /// when it failed (`failed` names the target) the target is not tried again until it
-    /// changes. Whether it was updating.
+    /// Ends agent `id`'s update to `target`, with `event`: its mark is lifted (not a drain by
+    /// hand), and when it `failed` the target is not tried again until it changes. Whether it
+    /// was updating to `target`.
     pub async fn end_update(
         &self,
         id: &str,
-        failed: Option<&str>,
+        target: &str,
+        failed: bool,
+        event: &NewEvent,
+    ) -> Result<bool> {
+        let end = sqlx::query(
+            "UPDATE agents SET \
+             state = CASE WHEN state = 'marked' AND NOT drained_by_hand THEN 'alive' ELSE state END, \
+             updating = NULL, update_failed = CASE WHEN $3 THEN updating ELSE update_failed END \
+             WHERE id = $1 AND updating = $2",
+        )
+        .bind(id)
+        .bind(target)
+        .bind(failed);
+        self.change_with_event(end, event).await
+    }
+
+    /// Runs `change` and, when it changed a row, records `event` with it; whether it did.
+    async fn change_with_event<'q>(
+        &self,
+        change: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
         event: &NewEvent,
     ) -> Result<bool> {
         let mut tx = self.write_tx().await?;
-        let done = sqlx::query(
-            "UPDATE agents SET \
-             state = CASE WHEN state = 'marked' AND NOT drained_by_hand THEN 'alive' ELSE state END, \
-             updating = NULL, update_failed = COALESCE($2, update_failed) \
-             WHERE id = $1 AND updating IS NOT NULL",
-        )
-        .bind(id)
-        .bind(failed)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
+        if change.execute(&mut *tx).await?.rows_affected() == 0 {
             return Ok(false);
         }
         insert_event(&mut tx, event).await?;

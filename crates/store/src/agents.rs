@@ -398,6 +398,10 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM agent_images WHERE agent = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         let revoked = crate::tokens::revoke_agent_tokens(&mut tx, id).await?;
         let event = NewEvent {
             at: now,

@@ -188,11 +188,14 @@ impl Store {
             .bind(name)
             .execute(&mut *tx)
             .await?;
-        // Whose jobs these were means nothing to a group of the same name made later.
-        sqlx::query("DELETE FROM batch_jobs WHERE group_name = $1")
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
+        // Whose jobs these were, and its registry accounts, are nothing to a group of the same
+        // name made later.
+        for table in [
+            "DELETE FROM batch_jobs WHERE group_name = $1",
+            "DELETE FROM registry_logins WHERE group_name = $1",
+        ] {
+            sqlx::query(table).bind(name).execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(())
     }

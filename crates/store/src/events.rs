@@ -21,6 +21,33 @@ pub struct NewEvent {
     pub message: String,
 }
 
+impl NewEvent {
+    /// An event of a group itself (its policy, its keys...).
+    pub fn of_group(at: Timestamp, group: &str, kind: &str, message: String) -> NewEvent {
+        NewEvent {
+            at,
+            group: Some(group.to_string()),
+            kind: kind.to_string(),
+            message,
+            ..NewEvent::default()
+        }
+    }
+
+    /// An event of agent `agent` of `group`.
+    pub fn of_agent(
+        at: Timestamp,
+        group: &str,
+        agent: &str,
+        kind: &str,
+        message: String,
+    ) -> NewEvent {
+        NewEvent {
+            agent: Some(agent.to_string()),
+            ..NewEvent::of_group(at, group, kind, message)
+        }
+    }
+}
+
 pub use corral_api::events::Event;
 pub use corral_api::tokens::Role;
 

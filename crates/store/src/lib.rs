@@ -10,6 +10,7 @@
 //! transaction begins, and row locks (`FOR UPDATE` on PostgreSQL; SQLite locks the whole file).
 
 mod agent_builds;
+mod agent_images;
 mod agent_keys;
 mod agents;
 mod apply;
@@ -21,6 +22,7 @@ mod error;
 mod events;
 mod history;
 mod instances;
+mod registry_logins;
 mod retention;
 mod sessions;
 /// Fresh PostgreSQL databases, for tests of this crate and its users (the `testing` feature).
@@ -50,6 +52,7 @@ pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
 pub use history::{HistoryRows, NodeSpan, StateChange};
 pub use instances::{InstancePhase, InstanceRecord};
+pub use registry_logins::StoredLogin;
 pub use retention::Pruned;
 pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
 
@@ -128,6 +131,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "agent_builds",
         include_str!("../migrations/sqlite/0012_agent_builds.sql"),
         include_str!("../migrations/postgres/0012_agent_builds.sql"),
+    ),
+    (
+        13,
+        "agent_images",
+        include_str!("../migrations/sqlite/0013_agent_images.sql"),
+        include_str!("../migrations/postgres/0013_agent_images.sql"),
     ),
 ];
 

@@ -28,6 +28,13 @@ impl Store {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        sqlx::query(
+            "DELETE FROM agent_images WHERE agent IN \
+             (SELECT id FROM agents WHERE state = 'terminated' AND last_seen < $1)",
+        )
+        .bind(before.0)
+        .execute(&mut *tx)
+        .await?;
         let agents =
             sqlx::query("DELETE FROM agents WHERE state = 'terminated' AND last_seen < $1")
                 .bind(before.0)

@@ -1912,11 +1912,11 @@ on_both!(agent_builds_and_updates_mark_and_end_once, |db| {
     );
     // It failed: unmarked, the target remembered, once.
     assert!(s
-        .end_update("a1", Some("2.0"), &note("update_failed"))
+        .end_update("a1", "2.0", true, &note("update_failed"))
         .await
         .unwrap());
     assert!(!s
-        .end_update("a1", Some("2.0"), &note("update_failed"))
+        .end_update("a1", "2.0", true, &note("update_failed"))
         .await
         .unwrap());
     let back = s.get_agent("a1").await.unwrap().unwrap();
@@ -1931,7 +1931,15 @@ on_both!(agent_builds_and_updates_mark_and_end_once, |db| {
     s.set_agent_state("a1", AgentState::Marked, true, t(30))
         .await
         .unwrap();
-    assert!(s.end_update("a1", None, &note("updated")).await.unwrap());
+    // An end of another update than the one under way changes nothing.
+    assert!(!s
+        .end_update("a1", "2.0", false, &note("updated"))
+        .await
+        .unwrap());
+    assert!(s
+        .end_update("a1", "2.1", false, &note("updated"))
+        .await
+        .unwrap());
     let drained = s.get_agent("a1").await.unwrap().unwrap();
     assert_eq!(
         (drained.state, drained.drained_by_hand, drained.updating),
@@ -1943,5 +1951,71 @@ on_both!(agent_builds_and_updates_mark_and_end_once, |db| {
     assert_eq!(
         kinds().await,
         ["updated", "updating", "update_failed", "updating"]
+    );
+});
+
+on_both!(agent_images_are_replaced_per_agent_and_go_with_it, |db| {
+    use corral_api::images::HeldImage;
+    let s = &db.store;
+    let held = |image: &str, digest: char, offered: Option<char>| HeldImage {
+        image: image.into(),
+        digest: format!("sha256:{}", digest.to_string().repeat(64)),
+        offered: offered.map(|o| format!("sha256:{}", o.to_string().repeat(64))),
+    };
+    s.create_group(&group("g"), t(1)).await.unwrap();
+    for id in ["a1", "a2"] {
+        s.upsert_agent(&agent(id, "g", "cpu=2"), t(2))
+            .await
+            .unwrap();
+    }
+    s.put_agent_images(
+        "a1",
+        &[held("r/x:1", 'a', None), held("r/y:1", 'b', None)],
+        t(3),
+    )
+    .await
+    .unwrap();
+    s.put_agent_images("a2", &[held("r/x:1", 'a', None)], t(3))
+        .await
+        .unwrap();
+    // A report replaces what the agent held: y is gone, x moved on.
+    s.put_agent_images("a1", &[held("r/x:1", 'c', Some('c'))], t(4))
+        .await
+        .unwrap();
+    let x = s.image_holdings("r/x:1").await.unwrap();
+    let seen: Vec<(&str, &str, Option<&str>, Timestamp)> = x
+        .iter()
+        .map(|h| {
+            (
+                h.agent.as_str(),
+                &h.digest[7..8],
+                h.offered.as_deref().map(|o| &o[7..8]),
+                h.reported_at,
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [("a1", "c", Some("c"), t(4)), ("a2", "a", None, t(3))]
+    );
+    assert!(x.iter().all(|h| h.group == "g"));
+    assert!(s.image_holdings("r/y:1").await.unwrap().is_empty());
+    let all: Vec<(String, String)> = s
+        .list_image_holdings()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(image, h)| (image, h.agent))
+        .collect();
+    assert_eq!(
+        all,
+        [("r/x:1".into(), "a1".into()), ("r/x:1".into(), "a2".into())]
+    );
+    // A removed agent holds nothing any more.
+    s.remove_agent("a2", t(5)).await.unwrap();
+    let x = s.image_holdings("r/x:1").await.unwrap();
+    assert_eq!(
+        x.iter().map(|h| h.agent.as_str()).collect::<Vec<_>>(),
+        ["a1"]
     );
 });

@@ -1,5 +1,5 @@
 //! What Corral's tests share, one concept per module: waiting for a condition
-//! ([`eventually`]), skipping a test whose service is missing ([`require`], which fails
+//! ([`eventually`]), a real container [`Registry`], skipping a test whose service is missing ([`require`], which fails
 //! instead under `CI=true`; [`cgroup2_parent`] is such a service), and leaving nothing running ([`KillLeftovers`],
 //! [`RemoveContainers`]).
 //!
@@ -9,10 +9,12 @@ mod cgroups;
 mod containers;
 mod eventually;
 mod processes;
+mod registry;
 mod skip;
 
 pub use cgroups::cgroup2_parent;
 pub use containers::RemoveContainers;
 pub use eventually::{eventually, eventually_async, Ready};
 pub use processes::KillLeftovers;
+pub use registry::Registry;
 pub use skip::{postgres_admin_url, require, require_ok, skip, POSTGRES_ENV};

@@ -10,6 +10,7 @@ mod history;
 mod keys;
 mod plan;
 mod provider;
+mod registries;
 mod settings;
 mod view;
 
@@ -189,6 +190,12 @@ pub enum Command {
         #[command(subcommand)]
         command: keys::KeyCommand,
     },
+    /// The accounts the group's agents sign in to registries with, to keep their images
+    /// current: add, ls, rm (admin).
+    Registry {
+        #[command(subcommand)]
+        command: registries::RegistryCommand,
+    },
 }
 
 pub async fn run(api: &Api, command: Command) -> Result<()> {
@@ -348,6 +355,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             }
         }
         Command::Key { command } => keys::run(api, command).await?,
+        Command::Registry { command } => registries::run(api, command).await?,
     }
     Ok(())
 }

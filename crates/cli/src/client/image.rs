@@ -1,19 +1,26 @@
-//! `corral image`: images and the least each needs to run.
+//! `corral image`: images, the least each needs to run, and which agent holds which digest.
 
 use anyhow::Result;
 use clap::Subcommand;
-use corral_api::images::ImageUpdate;
+use corral_api::images::{ImageUpdate, ImageView};
 use corral_core::{Image, Slots};
 use serde_json::json;
 
 use super::http::{json, parse, Api};
-use super::render::{self, slots, table};
+use super::render::{self, fields, or_dash, slots, table, time};
 use super::Out;
 
 #[derive(Subcommand)]
 pub enum Command {
     /// List images.
     Ls {
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Show an image and the digest of it each agent holds.
+    Get {
+        /// The image's name.
+        name: String,
         #[command(flatten)]
         out: Out,
     },
@@ -36,17 +43,66 @@ pub enum Command {
     },
 }
 
+/// Each digest agents hold, short, with how many hold it: `sha256:0123456789ab (2 agents)`.
+fn digests(image: &ImageView) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for h in &image.agents {
+        *counts.entry(h.digest.as_str()).or_default() += 1;
+    }
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts
+        .iter()
+        .map(|(digest, n)| {
+            let short = digest.get(..19).unwrap_or(digest);
+            let agents = if *n == 1 { "agent" } else { "agents" };
+            format!("{short} ({n} {agents})")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub async fn run(api: &Api, command: Command) -> Result<()> {
     match command {
         Command::Ls { out } => {
             let reply = api.get(&["images"], &[]).await?;
             if !render::json(out.output, &reply) {
-                let images: Vec<Image> = parse(&reply)?;
+                let images: Vec<ImageView> = parse(&reply)?;
                 let rows: Vec<Vec<String>> = images
                     .iter()
-                    .map(|i| vec![i.name.clone(), slots(&i.min_slots)])
+                    .map(|i| vec![i.name.clone(), slots(&i.min_slots), digests(i)])
                     .collect();
-                table("images", &["NAME", "MIN SLOTS"], &rows);
+                table("images", &["NAME", "MIN SLOTS", "DIGESTS HELD"], &rows);
+            }
+        }
+        Command::Get { name, out } => {
+            let reply = api.get(&["images", &name], &[]).await?;
+            if !render::json(out.output, &reply) {
+                let image: ImageView = parse(&reply)?;
+                fields(&[
+                    ("name", image.name.clone()),
+                    ("min slots", slots(&image.min_slots)),
+                    ("digests held", digests(&image)),
+                ]);
+                let rows: Vec<Vec<String>> = image
+                    .agents
+                    .iter()
+                    .map(|h| {
+                        vec![
+                            h.agent.clone(),
+                            h.group.clone(),
+                            h.digest.clone(),
+                            or_dash(h.offered.as_deref()),
+                            time(h.reported_at.0),
+                        ]
+                    })
+                    .collect();
+                table(
+                    "agents holding it",
+                    &["AGENT", "GROUP", "DIGEST", "REGISTRY OFFERED", "REPORTED"],
+                    &rows,
+                );
             }
         }
         Command::Put {

@@ -120,6 +120,7 @@ pub(super) async fn create_group(
     })?;
     let provider = validated_provider(b.provider.unwrap_or_default())?;
     crate::agent_update::check_policy(&app, &group.policy.agent_update).await?;
+    crate::image_update::check_policy(&group.policy.image_update)?;
     app.store
         .create_group_with_provider(&group, Some(&provider_json(&app, &provider)?), now())
         .await?;
@@ -253,12 +254,13 @@ async fn replace(app: &App, name: &str, b: NewGroup) -> Result<GroupView> {
 /// The levels of a group's settings whose fields are fixed: a patch naming any other field there
 /// is refused, also with null (which would remove nothing). Below the others (the headroom's
 /// slots, the provider's options) a patch may name any key.
-const FIXED_FIELDS: [&str; 8] = [
+const FIXED_FIELDS: [&str; 9] = [
     "",
     "policy",
     "policy.termination",
     "policy.external",
     "policy.agent_update",
+    "policy.image_update",
     "scheduler",
     "provider",
     "provider.launch",
@@ -428,8 +430,18 @@ async fn update(
 ) -> Result<Json<ScalingGroup>> {
     let group = validated(group)?;
     crate::agent_update::check_policy(app, &group.policy.agent_update).await?;
+    crate::image_update::check_policy(&group.policy.image_update)?;
     let at = now();
     app.store.update_group(&group, at).await?;
+    app.policies.invalidate(&group.name);
+    crate::image_update::policy_changed(
+        app,
+        &group.name,
+        &before.policy.image_update,
+        &group.policy.image_update,
+        at,
+    )
+    .await?;
     crate::agent_update::policy_changed(
         app,
         &group.name,
@@ -554,6 +566,8 @@ pub(super) async fn delete_group(
     caller.require_admin()?;
     app.store.delete_group(&name).await?;
     app.control.forget(&name);
+    app.policies.invalidate(&name);
+    app.registry_logins.invalidate(&name);
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -1,11 +1,12 @@
 //! Images: the container images sessions name, each with the minimum slots a session of it
-//! takes. Changing one invalidates the admission views (`crate::views`).
+//! takes, and the digest of it each agent holds. Changing one invalidates the admission views
+//! (`crate::views`).
 
 use super::openapi::{ErrorResponse, ImageName};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use corral_api::images::ImageUpdate;
+use corral_api::images::{ImageHolding, ImageUpdate, ImageView};
 use corral_core::Image;
 
 use super::Result;
@@ -20,13 +21,36 @@ use crate::App;
     path = "/api/v1/images",
     summary = "List images",
     responses(
-        (status = 200, description = "success", body = Vec<Image>),
+        (status = 200, description = "success", body = Vec<ImageView>),
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
     )
 )]
-pub(super) async fn list_images(State(app): State<App>, _: Caller) -> Result<Json<Vec<Image>>> {
-    Ok(Json(app.store.list_images().await?))
+pub(super) async fn list_images(State(app): State<App>, _: Caller) -> Result<Json<Vec<ImageView>>> {
+    let mut holdings: std::collections::HashMap<String, Vec<ImageHolding>> =
+        std::collections::HashMap::new();
+    for (image, holding) in app.store.list_image_holdings().await? {
+        holdings.entry(image).or_default().push(holding);
+    }
+    let views = app
+        .store
+        .list_images()
+        .await?
+        .into_iter()
+        .map(|image| {
+            let agents = holdings.remove(&image.name).unwrap_or_default();
+            view(image, agents)
+        })
+        .collect();
+    Ok(Json(views))
+}
+
+fn view(image: Image, agents: Vec<ImageHolding>) -> ImageView {
+    ImageView {
+        name: image.name,
+        min_slots: image.min_slots,
+        agents,
+    }
 }
 
 #[utoipa::path(
@@ -35,7 +59,7 @@ pub(super) async fn list_images(State(app): State<App>, _: Caller) -> Result<Jso
     summary = "Get an image",
     params(("name" = ImageName, Path, description = "the image")),
     responses(
-        (status = 200, description = "success", body = Image),
+        (status = 200, description = "success", body = ImageView),
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
@@ -45,12 +69,14 @@ pub(super) async fn get_image(
     State(app): State<App>,
     _: Caller,
     Path(name): Path<String>,
-) -> Result<Json<Image>> {
-    app.store
+) -> Result<Json<ImageView>> {
+    let image = app
+        .store
         .get_image(&name)
         .await?
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("image", &name))
+        .ok_or_else(|| ApiError::not_found("image", &name))?;
+    let agents = app.store.image_holdings(&name).await?;
+    Ok(Json(view(image, agents)))
 }
 
 #[utoipa::path(

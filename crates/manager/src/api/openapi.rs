@@ -123,6 +123,9 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         crate::agent_builds::put_build,
         crate::agent_builds::download_build,
         crate::agent_builds::delete_build,
+        crate::registry_logins::list_logins,
+        crate::registry_logins::put_login,
+        crate::registry_logins::delete_login,
     ),
     components(
         responses(ErrorResponse),

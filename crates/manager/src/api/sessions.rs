@@ -191,7 +191,7 @@ async fn admission_view(app: &App, group: &str) -> Result<std::sync::Arc<Snapsho
         last_scale_out: None,
         launch_limits: Default::default(),
     };
-    Ok(app.control.views.remember(view, generation))
+    Ok(app.control.views.remember_view(view, generation))
 }
 
 fn submitted(session: &Session, required: corral_core::Slots) -> (StatusCode, Json<Submitted>) {

@@ -64,6 +64,22 @@ pub struct Settings {
     /// How long an agent holds nothing before it updates (default 60).
     #[arg(long, value_name = "SECS")]
     agent_update_idle_secs: Option<u64>,
+    /// Whether the group's agents keep the images they hold current with their registry
+    /// (pulling new digests in the background; running sessions keep theirs).
+    #[arg(long, value_name = "on|off", value_parser = on_off)]
+    image_update: Option<bool>,
+    /// How often agents ask the registry about each image they hold (default 300).
+    #[arg(long, value_name = "SECS")]
+    image_update_interval_secs: Option<u64>,
+}
+
+/// `fields[key]`, made an object if it is not one.
+fn object<'a>(fields: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let value = fields.entry(key).or_insert_with(|| json!({}));
+    if !value.is_object() {
+        *value = json!({});
+    }
+    value.as_object_mut().expect("made an object above")
 }
 
 fn on_off(s: &str) -> Result<bool, String> {
@@ -147,23 +163,24 @@ impl Settings {
         );
         set(scheduler, "skip_after", self.skip_after.map(Value::from));
         if self.external.is_some() || self.external_limit.is_some() {
-            let external = policy.entry("external").or_insert_with(|| json!({}));
-            if !external.is_object() {
-                *external = json!({});
-            }
-            let external = external.as_object_mut().expect("made an object above");
+            let external = object(policy, "external");
             set(external, "enabled", self.external.map(Value::from));
             set(external, "limit", self.external_limit.map(Value::from));
+        }
+        if self.image_update.is_some() || self.image_update_interval_secs.is_some() {
+            let update = object(policy, "image_update");
+            set(update, "enabled", self.image_update.map(Value::from));
+            set(
+                update,
+                "interval_secs",
+                self.image_update_interval_secs.map(Value::from),
+            );
         }
         if self.agent_update.is_some()
             || self.agent_update_target.is_some()
             || self.agent_update_idle_secs.is_some()
         {
-            let update = policy.entry("agent_update").or_insert_with(|| json!({}));
-            if !update.is_object() {
-                *update = json!({});
-            }
-            let update = update.as_object_mut().expect("made an object above");
+            let update = object(policy, "agent_update");
             set(update, "enabled", self.agent_update.map(Value::from));
             set(
                 update,
@@ -244,7 +261,7 @@ pub(super) fn policy_patch(
         }
     }
     if patch.is_empty() {
-        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit, --agent-update, --agent-update-target, --agent-update-idle-secs or --file");
+        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit, --agent-update, --agent-update-target, --agent-update-idle-secs, --image-update, --image-update-interval-secs or --file");
     }
     Ok(Value::Object(patch))
 }

@@ -78,6 +78,14 @@ pub(super) fn print_group(view: &GroupView) {
                 (false, _) => "off".into(),
             },
         ),
+        (
+            "image update",
+            if p.image_update.enabled {
+                format!("on, every {}s", p.image_update.interval_secs)
+            } else {
+                "off".into()
+            },
+        ),
         ("scheduler", word(&s.sequencer)),
         ("placement", word(&s.placement)),
         ("head of line", head_of_line),

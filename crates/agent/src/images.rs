@@ -1,0 +1,333 @@
+//! Image auto-update on the agent: the digest of each image it holds (new sessions of the image
+//! start on it, pinned), and, while its group's policy is on, a check every interval of what
+//! the registry's tag names now, a new digest pulled in the background. Running sessions keep
+//! their image. What it holds goes to the manager at the next sync after a change; what it
+//! could not check or pull goes too, and is tried again later and later (backoff).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use corral_api::images::{HeldImage, ImageCheck, ImageProblem, RegistryLogin};
+use corral_core::image_update::next_check_secs;
+use corral_registry::{Credentials, Reference, Registries};
+use corral_runtime::{repository_of, DockerRuntime};
+use tokio::time::Instant;
+
+/// How long one registry request may take.
+const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+pub(crate) struct Images {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    held: BTreeMap<String, Held>,
+    /// Bumped at each change of `held`; `reported` is the last one the manager has.
+    changes: u64,
+    reported: Option<u64>,
+    problems: Vec<ImageProblem>,
+    /// The group's policy, as the last sync said (`None`: off).
+    policy: Option<ImageCheck>,
+    /// Checks failed in a row.
+    failures: u32,
+    next_check: Option<Instant>,
+}
+
+#[derive(Clone)]
+struct Held {
+    digest: String,
+    offered: Option<String>,
+}
+
+/// What goes to the manager in a sync.
+pub(crate) struct Report {
+    pub images: Option<Vec<HeldImage>>,
+    pub problems: Vec<ImageProblem>,
+    changes: u64,
+}
+
+impl Images {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What a session of `image` runs: the digest held, pinned; one seen first is learned from
+    /// the host (the digest its tag came from). An image from no registry runs as named.
+    pub(crate) async fn pinned(&self, docker: &DockerRuntime, image: &str) -> String {
+        if let Some(held) = self.lock().held.get(image) {
+            return format!("{}@{}", repository_of(image), held.digest);
+        }
+        match docker.image_digest(image).await {
+            Ok(Some(digest)) => {
+                let pinned = format!("{}@{digest}", repository_of(image));
+                let mut state = self.lock();
+                state.held.entry(image.to_string()).or_insert(Held {
+                    digest,
+                    offered: None,
+                });
+                state.changes += 1;
+                pinned
+            }
+            Ok(None) => image.to_string(),
+            Err(e) => {
+                tracing::warn!(image, error = %e, "could not read the image's digest");
+                image.to_string()
+            }
+        }
+    }
+
+    /// The group's policy as the last sync said. Switched on, or to another interval, the next
+    /// check is one (new) interval away.
+    pub(crate) fn set_policy(&self, policy: Option<ImageCheck>) {
+        let mut state = self.lock();
+        let interval = |p: &Option<ImageCheck>| p.as_ref().map(|p| p.interval_secs);
+        if interval(&policy) != interval(&state.policy) {
+            state.next_check = None;
+            state.failures = 0;
+        }
+        state.policy = policy;
+    }
+
+    /// The manager may have forgotten what it was told (a new join): tell it again.
+    pub(crate) fn joined(&self) {
+        self.lock().reported = None;
+    }
+
+    /// What to tell the manager now.
+    pub(crate) fn report(&self) -> Report {
+        let mut state = self.lock();
+        let images = (state.reported != Some(state.changes)).then(|| {
+            state
+                .held
+                .iter()
+                .map(|(image, h)| HeldImage {
+                    image: image.clone(),
+                    digest: h.digest.clone(),
+                    offered: h.offered.clone(),
+                })
+                .collect()
+        });
+        Report {
+            images,
+            problems: std::mem::take(&mut state.problems),
+            changes: state.changes,
+        }
+    }
+
+    /// The sync carrying `report` went through (`true`) or not: problems not told are told
+    /// at the next.
+    pub(crate) fn reported(&self, report: Report, delivered: bool) {
+        let mut state = self.lock();
+        if delivered {
+            if report.images.is_some() {
+                state.reported = Some(report.changes);
+            }
+        } else {
+            let mut problems = report.problems;
+            problems.append(&mut state.problems);
+            state.problems = problems;
+        }
+    }
+
+    /// Checks the images it holds if the policy is on and their time has come; whether
+    /// anything changed or failed (something to report).
+    pub(crate) async fn check_if_due(
+        &self,
+        docker: &DockerRuntime,
+        registries: &Registries,
+    ) -> bool {
+        let (interval, logins, held) = {
+            let mut state = self.lock();
+            let Some(policy) = &state.policy else {
+                return false;
+            };
+            let interval = policy.interval_secs;
+            let logins = policy.logins.clone();
+            let now = Instant::now();
+            match state.next_check {
+                // The first check is one interval after the policy is heard.
+                None => {
+                    state.next_check = Some(now + Duration::from_secs(interval));
+                    return false;
+                }
+                Some(at) if at > now => return false,
+                Some(_) => {}
+            }
+            (interval, logins, state.held.clone())
+        };
+        let mut failed = Vec::new();
+        let mut found = Vec::new();
+        for (image, held) in held {
+            match newest(docker, registries, &logins, &image, &held).await {
+                Ok(offered) => found.push((image, offered)),
+                Err(reason) => failed.push((image, reason)),
+            }
+        }
+        let mut state = self.lock();
+        state.failures = if failed.is_empty() {
+            0
+        } else {
+            state.failures.saturating_add(1)
+        };
+        let wait = next_check_secs(interval, state.failures);
+        state.next_check = Some(Instant::now() + Duration::from_secs(wait));
+        let mut changed = false;
+        for (image, offered) in found {
+            if let Some(h) = state.held.get_mut(&image) {
+                if h.digest != offered || h.offered.as_deref() != Some(&offered) {
+                    tracing::info!(image, from = h.digest, to = offered, "image updated");
+                    h.digest = offered.clone();
+                    h.offered = Some(offered);
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            state.changes += 1;
+        }
+        for (image, reason) in &failed {
+            tracing::warn!(image, reason, retry_secs = wait, "image check failed");
+        }
+        state
+            .problems
+            .extend(failed.into_iter().map(|(image, reason)| ImageProblem {
+                image,
+                reason,
+                retry_secs: wait,
+            }));
+        changed || !state.problems.is_empty()
+    }
+}
+
+/// The digest `image`'s tag names now, pulled if it is not the one held; with the group's
+/// account on its registry, if it has one.
+async fn newest(
+    docker: &DockerRuntime,
+    registries: &Registries,
+    logins: &[RegistryLogin],
+    image: &str,
+    held: &Held,
+) -> Result<String, String> {
+    let reference: Reference = image.parse().map_err(|e| format!("{e}"))?;
+    let login = logins
+        .iter()
+        .find(|l| l.registry == reference.registry())
+        .map(|l| Credentials {
+            username: l.username.clone(),
+            password: l.password.clone(),
+        });
+    let asked = registries.digest(&reference, login.as_ref());
+    let offered = tokio::time::timeout(REGISTRY_TIMEOUT, asked)
+        .await
+        .map_err(|_| {
+            format!(
+                "the registry did not answer within {} s",
+                REGISTRY_TIMEOUT.as_secs()
+            )
+        })?
+        .map_err(|e| e.to_string())?
+        .to_string();
+    if offered != held.digest {
+        docker
+            .pull(
+                repository_of(image),
+                &offered,
+                login.map(|l| (l.username, l.password)),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(offered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(images: &Images, image: &str, digest: &str) {
+        let mut state = images.lock();
+        state.held.insert(
+            image.into(),
+            Held {
+                digest: digest.into(),
+                offered: None,
+            },
+        );
+        state.changes += 1;
+    }
+
+    fn problem(image: &str) -> ImageProblem {
+        ImageProblem {
+            image: image.into(),
+            reason: "down".into(),
+            retry_secs: 4,
+        }
+    }
+
+    #[test]
+    fn what_it_holds_is_told_once_after_each_change_and_again_after_a_join() {
+        let images = Images::default();
+        let first = images.report();
+        assert_eq!(first.images, Some(Vec::new()), "told at the start");
+        images.reported(first, true);
+        assert_eq!(images.report().images, None);
+        holding(&images, "r/x:1", "sha256:a");
+        let told = images.report();
+        assert_eq!(
+            told.images,
+            Some(vec![HeldImage {
+                image: "r/x:1".into(),
+                digest: "sha256:a".into(),
+                offered: None,
+            }])
+        );
+        // A change while the sync was under way is told at the next.
+        holding(&images, "r/y:1", "sha256:b");
+        images.reported(told, true);
+        assert_eq!(images.report().images.map(|i| i.len()), Some(2));
+        let again = images.report();
+        images.reported(again, true);
+        assert_eq!(images.report().images, None);
+        images.joined();
+        assert_eq!(images.report().images.map(|i| i.len()), Some(2));
+    }
+
+    #[test]
+    fn problems_not_delivered_are_told_at_the_next_sync_in_order() {
+        let images = Images::default();
+        images.lock().problems.push(problem("r/x:1"));
+        let lost = images.report();
+        assert_eq!(lost.problems, [problem("r/x:1")]);
+        images.lock().problems.push(problem("r/y:1"));
+        images.reported(lost, false);
+        let next = images.report();
+        assert_eq!(next.problems, [problem("r/x:1"), problem("r/y:1")]);
+        images.reported(next, true);
+        assert!(images.report().problems.is_empty());
+    }
+
+    #[test]
+    fn a_policy_switched_on_or_to_another_interval_checks_one_interval_later() {
+        let images = Images::default();
+        let on = |secs| {
+            Some(ImageCheck {
+                interval_secs: secs,
+                logins: Vec::new(),
+            })
+        };
+        images.set_policy(on(60));
+        images.lock().next_check = Some(Instant::now());
+        images.lock().failures = 3;
+        images.set_policy(on(60));
+        assert!(
+            images.lock().next_check.is_some(),
+            "the same policy keeps its schedule"
+        );
+        images.set_policy(on(5));
+        let state = images.lock();
+        assert_eq!((state.next_check, state.failures), (None, 0));
+    }
+}
