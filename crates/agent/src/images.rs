@@ -16,6 +16,8 @@ use tokio::time::Instant;
 
 /// How long one registry request may take.
 const REGISTRY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one pull may take: a daemon that hangs must not stop the checks for good.
+const PULL_TIMEOUT: Duration = Duration::from_secs(1800);
 
 #[derive(Default)]
 pub(crate) struct Images {
@@ -231,13 +233,11 @@ async fn newest(
         .map_err(|e| e.to_string())?
         .to_string();
     if offered != held.digest {
-        docker
-            .pull(
-                repository_of(image),
-                &offered,
-                login.map(|l| (l.username, l.password)),
-            )
+        let login = login.map(|l| (l.username, l.password));
+        let pull = docker.pull(repository_of(image), &offered, login);
+        tokio::time::timeout(PULL_TIMEOUT, pull)
             .await
+            .map_err(|_| format!("the pull took over {} s", PULL_TIMEOUT.as_secs()))?
             .map_err(|e| e.to_string())?;
     }
     Ok(offered)

@@ -14,7 +14,7 @@ use crate::App;
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
 
-/// The most images one agent reports.
+/// The most images (and image problems) one agent reports at once.
 const MAX_HELD: usize = 1000;
 /// The most of a problem's reason kept in its event.
 const MAX_REASON: usize = 1000;
@@ -64,6 +64,15 @@ pub(crate) async fn reported(
 ) -> Result<()> {
     if let Some(held) = &req.images {
         check_held(held)?;
+    }
+    if req.image_problems.len() > MAX_HELD {
+        return Err(ApiError::invalid(
+            "image_problems",
+            format!(
+                "{} problems: an agent reports at most {MAX_HELD} at once",
+                req.image_problems.len()
+            ),
+        ));
     }
     for (i, problem) in req.image_problems.iter().enumerate() {
         check_image_name(&format!("image_problems[{i}].image"), &problem.image)?;
