@@ -160,25 +160,38 @@ impl Images {
             }
             (interval, logins, state.held.clone())
         };
-        let mut failed = Vec::new();
-        let mut found = Vec::new();
+        let mut checked = Checked::default();
         for (image, held) in held {
             match newest(docker, registries, &logins, &image, &held).await {
-                Ok(offered) => found.push((image, offered)),
-                Err(reason) => failed.push((image, reason)),
+                Ok(offered) => checked.found.push((image, offered)),
+                Err(reason) => checked.failed.push((image, reason)),
             }
         }
-        let mut state = self.lock();
-        state.failures = if failed.is_empty() {
-            0
-        } else {
-            state.failures.saturating_add(1)
+        self.lock().apply(interval, checked, Instant::now())
+    }
+}
+
+/// What one check found: the digest each image's tag names now (held, pulled if new), and
+/// the images it could not check or pull, with why.
+#[derive(Default)]
+struct Checked {
+    found: Vec<(String, String)>,
+    failed: Vec<(String, String)>,
+}
+
+impl State {
+    /// Takes in a check's results at `now`: the digests held, the next check (backed off while
+    /// checks fail), the problems to report; whether there is something to report.
+    fn apply(&mut self, interval: u64, checked: Checked, now: Instant) -> bool {
+        self.failures = match checked.failed.is_empty() {
+            true => 0,
+            false => self.failures.saturating_add(1),
         };
-        let wait = next_check_secs(interval, state.failures);
-        state.next_check = Some(Instant::now() + Duration::from_secs(wait));
+        let wait = next_check_secs(interval, self.failures);
+        self.next_check = Some(now + Duration::from_secs(wait));
         let mut changed = false;
-        for (image, offered) in found {
-            if let Some(h) = state.held.get_mut(&image) {
+        for (image, offered) in checked.found {
+            if let Some(h) = self.held.get_mut(&image) {
                 if h.digest != offered || h.offered.as_deref() != Some(&offered) {
                     tracing::info!(image, from = h.digest, to = offered, "image updated");
                     h.digest = offered.clone();
@@ -188,19 +201,17 @@ impl Images {
             }
         }
         if changed {
-            state.changes += 1;
+            self.changes += 1;
         }
-        for (image, reason) in &failed {
+        for (image, reason) in checked.failed {
             tracing::warn!(image, reason, retry_secs = wait, "image check failed");
-        }
-        state
-            .problems
-            .extend(failed.into_iter().map(|(image, reason)| ImageProblem {
+            self.problems.push(ImageProblem {
                 image,
                 reason,
                 retry_secs: wait,
-            }));
-        changed || !state.problems.is_empty()
+            });
+        }
+        changed || !self.problems.is_empty()
     }
 }
 
@@ -329,5 +340,54 @@ mod tests {
         images.set_policy(on(5));
         let state = images.lock();
         assert_eq!((state.next_check, state.failures), (None, 0));
+    }
+
+    #[test]
+    fn a_check_moves_to_what_the_registry_offers_and_failed_checks_back_off() {
+        let mut state = State::default();
+        state.held.insert(
+            "r/x:1".into(),
+            Held {
+                digest: "sha256:a".into(),
+                offered: None,
+            },
+        );
+        let now = Instant::now();
+        let found = |digest: &str| Checked {
+            found: vec![("r/x:1".into(), digest.into())],
+            failed: Vec::new(),
+        };
+        let failed = || Checked {
+            found: Vec::new(),
+            failed: vec![("r/x:1".into(), "down".into())],
+        };
+
+        assert!(
+            state.apply(2, found("sha256:b"), now),
+            "a new digest is news"
+        );
+        assert_eq!(state.held["r/x:1"].digest, "sha256:b");
+        assert_eq!(state.next_check, Some(now + Duration::from_secs(2)));
+        assert!(
+            !state.apply(2, found("sha256:b"), now),
+            "the same digest is not"
+        );
+
+        // Each failure in a row doubles the wait; its problem names it.
+        for wait in [4, 8, 16] {
+            assert!(state.apply(2, failed(), now));
+            assert_eq!(state.next_check, Some(now + Duration::from_secs(wait)));
+            assert_eq!(state.problems.pop().map(|p| p.retry_secs), Some(wait));
+        }
+        assert_eq!(
+            state.held["r/x:1"].digest, "sha256:b",
+            "a failure keeps what is held"
+        );
+        // A check that goes through ends the backoff.
+        state.apply(2, found("sha256:b"), now);
+        assert_eq!(
+            (state.failures, state.next_check),
+            (0, Some(now + Duration::from_secs(2)))
+        );
     }
 }

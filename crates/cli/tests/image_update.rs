@@ -13,14 +13,23 @@ use std::process::Command;
 use common::{ok, text, Cluster, Proc};
 use serde_json::Value;
 
-/// Builds an image with `version` in `/version` as `tag`, in `dir`; its image id.
+/// The label that ties a built image to its test's repository. Without it the two tests would
+/// build byte-identical images (same base, same file, Docker's build cache), share their ids,
+/// and one test's clean-up would remove the other's images under it.
+const TEST_REPOSITORY_LABEL: &str = "corral.test-repository";
+
+/// Builds an image with `version` in `/version` as `tag` (`repository:tag`), in `dir`; its
+/// image id.
 fn build(dir: &Path, tag: &str, version: &str) -> String {
+    let repository = tag
+        .rsplit_once(':')
+        .map_or(tag, |(repository, _)| repository);
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(dir.join("version"), format!("{version}\n")).unwrap();
     std::fs::write(
         dir.join("Dockerfile"),
         format!(
-            "FROM {}\nCOPY version /version\n",
+            "FROM {}\nLABEL {TEST_REPOSITORY_LABEL}={repository}\nCOPY version /version\n",
             corral_runtime::testing::TEST_IMAGE
         ),
     )
@@ -52,13 +61,14 @@ fn push(tag: &str, config: Option<&Path>) -> String {
     digest.to_string()
 }
 
-/// Removes the test's images when dropped.
+/// Removes the images built for a repository (by their label) when dropped.
 struct RemoveImages(String);
 
 impl Drop for RemoveImages {
     fn drop(&mut self) {
         let listed = Command::new("docker")
-            .args(["images", "-q", "--no-trunc", &self.0])
+            .args(["images", "-q", "--no-trunc", "--filter"])
+            .arg(format!("label={TEST_REPOSITORY_LABEL}={}", self.0))
             .output();
         if let Ok(listed) = listed {
             let ids: Vec<String> = text(&listed.stdout)

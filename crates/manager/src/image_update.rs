@@ -97,11 +97,7 @@ pub(crate) async fn reported(
 fn problem_event(agent: &str, group: &str, problem: &ImageProblem, now: Timestamp) -> NewEvent {
     let mut reason = problem.reason.clone();
     if reason.len() > MAX_REASON {
-        let cut = (0..=MAX_REASON)
-            .rev()
-            .find(|&i| reason.is_char_boundary(i))
-            .unwrap_or(0);
-        reason.truncate(cut);
+        reason.truncate(reason.floor_char_boundary(MAX_REASON));
         reason.push_str("...");
     }
     let message = format!(

@@ -127,8 +127,7 @@ pub(crate) async fn put_login(
     let group = crate::api::find_group(&app, &name).await?;
     // Sent back redacted, as answers show it, the password stays what it was.
     let sealed_password = if b.password == REDACTED_PASSWORD {
-        let stored = app.store.list_registry_logins(&group.name).await?;
-        match stored.into_iter().find(|l| l.registry == registry) {
+        match app.store.registry_login(&group.name, &registry).await? {
             Some(kept) => kept.sealed_password,
             None => {
                 return Err(ApiError::invalid(

@@ -58,16 +58,23 @@ impl Store {
         .fetch_all(&self.read)
         .await?
         .iter()
-        .map(|row| {
-            let f = Fields::new(row, "registry login", "registry")?;
-            Ok(StoredLogin {
-                registry: f.text("registry")?,
-                username: f.text("username")?,
-                sealed_password: f.text("password")?,
-                updated_at: f.time("updated_at")?,
-            })
-        })
+        .map(login_of)
         .collect()
+    }
+
+    /// The group's account on `registry`, if it has one.
+    pub async fn registry_login(&self, group: &str, registry: &str) -> Result<Option<StoredLogin>> {
+        sqlx::query(
+            "SELECT registry, username, password, updated_at FROM registry_logins \
+             WHERE group_name = $1 AND registry = $2",
+        )
+        .bind(group)
+        .bind(registry)
+        .fetch_optional(&self.read)
+        .await?
+        .as_ref()
+        .map(login_of)
+        .transpose()
     }
 
     /// Forgets the group's account on `registry`; `NotFound` without it.
@@ -86,4 +93,14 @@ impl Store {
         }
         Ok(())
     }
+}
+
+fn login_of(row: &sqlx::any::AnyRow) -> Result<StoredLogin> {
+    let f = Fields::new(row, "registry login", "registry")?;
+    Ok(StoredLogin {
+        registry: f.text("registry")?,
+        username: f.text("username")?,
+        sealed_password: f.text("password")?,
+        updated_at: f.time("updated_at")?,
+    })
 }
