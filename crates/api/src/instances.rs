@@ -12,6 +12,9 @@ use corral_core::{LaunchLimit, Timestamp};
 pub enum InstancePhase {
     /// Decided by a pass; the provider has not been asked yet.
     Requested,
+    /// A manager's driver claimed it and is asking the provider to start it (claimed first,
+    /// so that no two drivers launch it).
+    Launching,
     /// The provider started it; its agent has not joined yet.
     Provisioning,
     /// Its agent joined.
@@ -25,18 +28,23 @@ pub enum InstancePhase {
 
 impl InstancePhase {
     /// Counts as capacity on its way.
-    pub const IN_FLIGHT: [InstancePhase; 2] =
-        [InstancePhase::Requested, InstancePhase::Provisioning];
-    /// The provider may be running it.
-    pub const LIVE: [InstancePhase; 4] = [
+    pub const IN_FLIGHT: [InstancePhase; 3] = [
         InstancePhase::Requested,
+        InstancePhase::Launching,
+        InstancePhase::Provisioning,
+    ];
+    /// The provider may be running it.
+    pub const LIVE: [InstancePhase; 5] = [
+        InstancePhase::Requested,
+        InstancePhase::Launching,
         InstancePhase::Provisioning,
         InstancePhase::Joined,
         InstancePhase::Terminating,
     ];
     /// Every phase, live or ended.
-    pub const ALL: [InstancePhase; 6] = [
+    pub const ALL: [InstancePhase; 7] = [
         InstancePhase::Requested,
+        InstancePhase::Launching,
         InstancePhase::Provisioning,
         InstancePhase::Joined,
         InstancePhase::Terminating,

@@ -74,6 +74,11 @@ enum Command {
         /// Seconds between passes of a group when nothing happens.
         #[arg(long, env = "CORRAL_TICK_SECS", default_value_t = 5.0)]
         tick_secs: f64,
+        /// Seconds a group's lease lasts unrenewed: with several managers on one PostgreSQL
+        /// database, a manager that dies has its groups taken over this long after.
+        #[arg(long, env = "CORRAL_LEASE_SECS", default_value_t = 5,
+              value_parser = clap::value_parser!(u64).range(1..=3600))]
+        lease_secs: u64,
         /// Seconds between an idle agent's syncs (its heartbeat).
         #[arg(long, env = "CORRAL_HEARTBEAT_SECS", default_value_t = 5)]
         heartbeat_secs: u64,
@@ -296,6 +301,7 @@ fn run(cli: Cli) -> Result<()> {
             listen,
             database_url,
             tick_secs,
+            lease_secs,
             heartbeat_secs,
             lost_after_secs,
             retention_secs,
@@ -341,6 +347,7 @@ fn run(cli: Cli) -> Result<()> {
                 listen,
                 database_url,
                 tick,
+                lease: std::time::Duration::from_secs(lease_secs),
                 heartbeat: std::time::Duration::from_secs(heartbeat_secs.max(1)),
                 lost_after: std::time::Duration::from_secs(lost_after_secs),
                 retention: (retention_secs > 0)

@@ -105,7 +105,8 @@ pub struct LaunchLimit {
     pub reason: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 struct Health {
     /// Failures since the last success.
     failures: u32,
@@ -115,8 +116,10 @@ struct Health {
     recent: VecDeque<(Timestamp, u32)>,
 }
 
-/// Per template: failures, backoff, and launches in the budget window.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Per template: failures, backoff, and launches in the budget window. Kept in the database
+/// (as JSON) by the manager that owns the group, so that another owner goes on from it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Governor {
     templates: BTreeMap<String, Health>,
 }

@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corral_core::{cycle, Timestamp};
-use corral_store::{Applied, Store, StoreError};
+use corral_store::{Applied, Backend, Fence, Lease, Store, StoreError, Wake};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::changes::Changes;
+use crate::leases::Leases;
 use crate::metrics::{GroupLabels, Metrics, PassLabels, RejectionLabels, TemplateLabels};
 use crate::now;
 use crate::scaling::{DriverConfig, GroupDriver};
@@ -23,6 +24,7 @@ pub struct Control {
     store: Store,
     tick: Duration,
     min_interval: Duration,
+    /// The groups this manager runs (it holds their leases): each one's worker.
     workers: Mutex<HashMap<String, Arc<Notify>>>,
     /// What admission at submit reads, per group.
     pub views: Views,
@@ -35,6 +37,8 @@ pub struct Control {
     /// Per group, the vendor half of its scaling driver.
     drivers: Mutex<HashMap<String, Arc<GroupDriver>>>,
     driver_config: DriverConfig,
+    /// Which groups this manager runs, shared with the others on its database.
+    pub(crate) leases: Arc<Leases>,
 }
 
 impl Control {
@@ -43,6 +47,7 @@ impl Control {
         tick: Duration,
         min_interval: Duration,
         driver_config: DriverConfig,
+        leases: Arc<Leases>,
     ) -> Arc<Self> {
         Arc::new(Control {
             store,
@@ -55,55 +60,94 @@ impl Control {
             metrics: Arc::default(),
             drivers: Mutex::default(),
             driver_config,
+            leases,
         })
-    }
-
-    pub(crate) fn store(&self) -> &Store {
-        &self.store
     }
 
     pub(crate) fn driver_config(&self) -> &DriverConfig {
         &self.driver_config
     }
 
-    /// The group has a worker (it exists, as far as the control loop knows).
-    pub(crate) fn knows(&self, group: &str) -> bool {
+    /// This manager runs the group (it holds its lease).
+    pub(crate) fn owns(&self, group: &str) -> bool {
         self.workers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains_key(group)
     }
 
-    /// The group's scaling driver, if its worker runs.
+    /// The groups this manager runs.
+    pub(crate) fn owned(&self) -> Vec<String> {
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        workers.keys().cloned().collect()
+    }
+
+    /// The group's scaling driver, if this manager runs the group.
     pub fn driver(&self, group: &str) -> Option<Arc<GroupDriver>> {
         let drivers = self.drivers.lock().unwrap_or_else(|p| p.into_inner());
         drivers.get(group).cloned()
     }
 
-    /// Something happened to `group`: make sure its worker runs a pass soon. Wakes that arrive
-    /// while a pass runs are folded into one more pass.
+    /// Something happened to `group`: its owner runs a pass soon (this manager, or the one
+    /// holding its lease, told through the database). Wakes that arrive while a pass runs are
+    /// folded into one more pass.
     pub fn wake(self: &Arc<Self>, group: &str) {
         self.views.invalidate(group);
-        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        match workers.get(group) {
-            Some(notify) => notify.notify_one(),
-            None => {
-                let notify = Arc::new(Notify::new());
-                notify.notify_one();
-                workers.insert(group.to_string(), notify.clone());
-                let driver = Arc::new(GroupDriver::default());
-                self.drivers
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(group.to_string(), driver.clone());
-                tokio::spawn(self.clone().worker(group.to_string(), notify));
-                tokio::spawn(crate::scaling::drive(
-                    self.clone(),
-                    group.to_string(),
-                    driver,
-                ));
-            }
+        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(notify) = workers.get(group) {
+            notify.notify_one();
+            return;
         }
+        drop(workers);
+        self.leases.unowned_woken(group);
+        self.tell_others(Wake::Group(group.to_string()));
+    }
+
+    /// Tells the other managers on the database (PostgreSQL), in the background.
+    fn tell_others(&self, wake: Wake) {
+        if self.store.backend() != Backend::Postgres {
+            return;
+        }
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.notify(&wake).await {
+                tracing::warn!(?wake, error = %e, "could not tell the other managers");
+            }
+        });
+    }
+
+    /// This manager took the group's lease: its worker and driver start, writing through a
+    /// store fenced with the lease, the driver going on from the governor the last owner left.
+    pub(crate) async fn own(self: &Arc<Self>, lease: &Lease) -> Result<(), StoreError> {
+        let group = &lease.group;
+        if self.owns(group) {
+            return Ok(());
+        }
+        let governor = self.store.governor(group).await?;
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        if workers.contains_key(group) {
+            return Ok(());
+        }
+        let store = self.store.fenced(Fence::from(lease));
+        let notify = Arc::new(Notify::new());
+        notify.notify_one();
+        workers.insert(group.to_string(), notify.clone());
+        let driver = Arc::new(GroupDriver::with(governor));
+        self.drivers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group.to_string(), driver.clone());
+        tokio::spawn(
+            self.clone()
+                .worker(group.to_string(), notify, store.clone()),
+        );
+        tokio::spawn(crate::scaling::drive(
+            self.clone(),
+            group.to_string(),
+            driver,
+            store,
+        ));
+        Ok(())
     }
 
     /// What an agent's waiting sync listens to.
@@ -112,13 +156,32 @@ impl Control {
         agents.entry(agent.to_string()).or_default().clone()
     }
 
-    /// Something changed for `agent`: answer its waiting sync now.
+    /// Something changed for `agent`: answer its waiting sync now, wherever it waits.
     pub fn wake_agent(&self, agent: &str) {
-        self.agent_waker(agent).notify_waiters();
+        self.wake_agents(&[agent]);
     }
 
-    /// The group was deleted: its worker stops at its next pass.
-    pub fn forget(&self, group: &str) {
+    /// [`Control::wake_agent`] for each of `agents`, with one word to the other managers.
+    pub fn wake_agents(&self, agents: &[&str]) {
+        for agent in agents {
+            self.agent_waker(agent).notify_waiters();
+        }
+        if !agents.is_empty() {
+            self.tell_others(Wake::Agents(agents.iter().map(|a| a.to_string()).collect()));
+        }
+    }
+
+    /// Another manager placed something on `agent`: answer its sync if it waits here.
+    pub(crate) fn wake_agent_if_waiting(&self, agent: &str) {
+        let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(waker) = agents.get(agent) {
+            waker.notify_waiters();
+        }
+    }
+
+    /// The group was deleted, or its lease lost or handed over: its worker stops at its next
+    /// pass, its driver at its next round.
+    pub fn disown(&self, group: &str) {
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(notify) = workers.remove(group) {
             notify.notify_one();
@@ -133,7 +196,7 @@ impl Control {
         }
     }
 
-    async fn worker(self: Arc<Self>, group: String, notify: Arc<Notify>) {
+    async fn worker(self: Arc<Self>, group: String, notify: Arc<Notify>, store: Store) {
         let mut last_pass: Option<Instant> = None;
         // The next pass is due by then although nothing happens (a batching window closes).
         let mut recheck: Option<Duration> = None;
@@ -146,18 +209,20 @@ impl Control {
             if let Some(at) = last_pass {
                 tokio::time::sleep_until(at + self.min_interval).await;
             }
+            // Disowned (and maybe owned again since, with another worker and epoch): stop.
             if !self
                 .workers
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .contains_key(&group)
+                .get(&group)
+                .is_some_and(|n| Arc::ptr_eq(n, &notify))
             {
                 return;
             }
             last_pass = Some(Instant::now());
             recheck = None;
             let started = std::time::Instant::now();
-            let pass = self.run_pass(&group).await;
+            let pass = self.run_pass(&store, &group).await;
             let labels = PassLabels {
                 group: group.clone(),
                 outcome: if pass.is_ok() { "applied" } else { "failed" },
@@ -174,7 +239,12 @@ impl Control {
                         .map(|at| Duration::from_millis(now().ms_until(at)));
                 }
                 Err(StoreError::NotFound { .. }) => {
-                    self.forget(&group);
+                    self.disown(&group);
+                    return;
+                }
+                Err(e @ StoreError::Fenced { .. }) => {
+                    tracing::warn!(group, error = %e, "stopping the group's passes");
+                    self.disown(&group);
                     return;
                 }
                 Err(e) => {
@@ -236,9 +306,8 @@ pub struct PassResult {
 /// One pass over a group: snapshot, cycle, apply; re-read and retry when the apply finds that
 /// capacity changed since the snapshot.
 impl Control {
-    /// One pass over a group.
-    pub async fn run_pass(&self, group: &str) -> Result<PassResult, StoreError> {
-        let store = &self.store;
+    /// One pass over a group, writing through `store` (fenced with the group's lease).
+    async fn run_pass(&self, store: &Store, group: &str) -> Result<PassResult, StoreError> {
         let mut attempt = 0;
         loop {
             let now = now();
@@ -281,15 +350,17 @@ impl Control {
                         .collect();
                     placed_on.sort_unstable();
                     placed_on.dedup();
-                    for agent in placed_on {
-                        self.wake_agent(agent);
-                    }
+                    self.wake_agents(&placed_on);
                     let decided = (decisions.placements.iter().map(|p| &p.session))
                         .chain(decisions.rejections.iter().map(|r| &r.session))
                         .chain(decisions.waiting.iter().map(|w| &w.session));
                     self.sessions.bump_each(decided.map(|s| s.0.as_str()));
                     if !changes_agents {
                         self.views.remember_view(snapshot, generation);
+                    }
+                    // The launches count against the budget whoever owns the group next.
+                    if let (Some(driver), false) = (&driver, decisions.launches.is_empty()) {
+                        driver.save(store, group).await?;
                     }
                     return Ok(PassResult {
                         applied,

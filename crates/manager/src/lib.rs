@@ -17,6 +17,7 @@ mod extract;
 mod health;
 pub mod history;
 mod image_update;
+pub mod leases;
 pub mod metrics;
 pub mod names;
 mod registry_logins;
@@ -50,6 +51,9 @@ pub struct Config {
     pub tick: Duration,
     /// Passes of one group run at most this often: a burst of events costs one pass.
     pub min_pass_interval: Duration,
+    /// How long a group's lease lasts unrenewed: with several managers on one database, a
+    /// dead manager's groups are taken over this long after its last renewal.
+    pub lease: Duration,
     /// How often agents sync when nothing happens (told to them when they join).
     pub heartbeat: Duration,
     /// An agent silent this long is lost; its sessions follow its group's `on_agent_lost`.
@@ -84,6 +88,7 @@ impl Default for Config {
             database_url: None,
             tick: Duration::from_secs(5),
             min_pass_interval: Duration::from_millis(20),
+            lease: Duration::from_secs(5),
             heartbeat: Duration::from_secs(5),
             lost_after: Duration::from_secs(30),
             retention: Some(DEFAULT_RETENTION),
@@ -220,15 +225,18 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
     };
     auth::bootstrap_admin(&store, &config.data_dir, now()).await?;
     seal_stored_secrets(&store, &secrets, created_key.as_deref()).await?;
+    // One manager per SQLite database (the data directory's lock): it takes every lease.
+    let single = store.backend() == corral_store::Backend::Sqlite;
+    let leases = Arc::new(leases::Leases::new(config.lease, single));
     let control = Control::new(
         store.clone(),
         config.tick,
         config.min_pass_interval,
         config.driver_config(secrets.clone()),
+        leases.clone(),
     );
-    for group in store.list_groups().await? {
-        control.wake(&group.name);
-    }
+    tokio::spawn(leases::keep(control.clone(), leases, store.clone()));
+    tokio::spawn(leases::listen(control.clone(), store.clone()));
     let submitter = submit::Submitter::start(store.clone(), control.clone());
     let app = App {
         store,
@@ -389,5 +397,9 @@ pub async fn serve_on(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ManagerError> {
     let serving = app.serving.clone();
-    serve::run(listener, api::router(app), serving, shutdown).await
+    let control = app.control.clone();
+    let store = app.store.clone();
+    let served = serve::run(listener, api::router(app), serving, shutdown).await;
+    leases::stop(&control, &control.leases, &store).await;
+    served
 }

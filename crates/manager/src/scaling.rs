@@ -48,6 +48,27 @@ pub struct GroupDriver {
 }
 
 impl GroupDriver {
+    /// The driver of a group this manager took, going on from the governor its last owner
+    /// left.
+    pub(crate) fn with(governor: Governor) -> Self {
+        GroupDriver {
+            notify: Notify::new(),
+            governor: Mutex::new((governor, LaunchSettings::default())),
+        }
+    }
+
+    /// Writes the governor as it is now (through the owner's fenced store), so that the next
+    /// owner goes on from it.
+    pub(crate) async fn save(&self, store: &Store, group: &str) -> Result<(), StoreError> {
+        let governor = self
+            .governor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .clone();
+        store.put_governor(group, &governor, now()).await
+    }
+
     /// What the next pass may launch of each template.
     pub fn limits(&self, now: Timestamp) -> BTreeMap<String, LaunchLimit> {
         let g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
@@ -104,10 +125,16 @@ struct Connected {
     at: Instant,
 }
 
-/// One group's driver task: runs rounds until the group is gone.
-pub(crate) async fn drive(control: Arc<Control>, group: String, me: Arc<GroupDriver>) {
+/// One group's driver task: runs rounds, writing through `store` (fenced with the group's
+/// lease), until the group is gone or this manager no longer runs it.
+pub(crate) async fn drive(
+    control: Arc<Control>,
+    group: String,
+    me: Arc<GroupDriver>,
+    store: Store,
+) {
     let mut driver = Driver {
-        store: control.store().clone(),
+        store,
         config: control.driver_config().clone(),
         group,
         me,
@@ -116,17 +143,27 @@ pub(crate) async fn drive(control: Arc<Control>, group: String, me: Arc<GroupDri
         next_reconcile: Instant::now(),
         metrics: control.metrics.clone(),
         provider_name: String::new(),
+        joins_seen_until: now(),
     };
     loop {
         let wait = match driver.round(&control).await {
             Ok(wait) => wait,
             Err(StoreError::NotFound { .. }) => return,
+            Err(e @ StoreError::Fenced { .. }) => {
+                tracing::warn!(group = driver.group, error = %e, "stopping the group's driver");
+                control.disown(&driver.group);
+                return;
+            }
             Err(e) => {
                 tracing::warn!(group = driver.group, error = %e, "scaling round failed");
                 Duration::from_secs(1)
             }
         };
-        if !control.knows(&driver.group) {
+        // Disowned (and maybe owned again since, with another driver and epoch): stop.
+        if !control
+            .driver(&driver.group)
+            .is_some_and(|d| Arc::ptr_eq(&d, &driver.me))
+        {
             return;
         }
         tokio::select! {
@@ -148,6 +185,8 @@ struct Driver {
     metrics: Arc<crate::metrics::Metrics>,
     /// The provider's name (`aws`, `exec`...), for the metrics of its calls.
     provider_name: String,
+    /// Joins up to then are counted as their templates' successes.
+    joins_seen_until: Timestamp,
 }
 
 impl Driver {
@@ -174,6 +213,7 @@ impl Driver {
     /// One round; returns how long to wait before the next one when nothing wakes the driver.
     async fn round(&mut self, control: &Arc<Control>) -> Result<Duration, StoreError> {
         self.connect().await?;
+        self.count_joins().await?;
         let settings = self.me.settings();
         // Held apart from `self` for the round, so reconciliation may update `self`.
         let connected = self.connected.take();
@@ -186,6 +226,7 @@ impl Driver {
                 &self.group,
                 &[
                     InstancePhase::Requested,
+                    InstancePhase::Launching,
                     InstancePhase::Provisioning,
                     InstancePhase::Terminating,
                 ],
@@ -225,6 +266,23 @@ impl Driver {
             self.reconcile(provider, settings, control).await?;
         }
         Ok(())
+    }
+
+    /// An instance's agent joining is its template's success, whichever manager handled the
+    /// join: the backoff ends, and the governor is kept so.
+    async fn count_joins(&mut self) -> Result<(), StoreError> {
+        let joins = self
+            .store
+            .joined_since(&self.group, self.joins_seen_until)
+            .await?;
+        let Some((_, last)) = joins.last() else {
+            return Ok(());
+        };
+        self.joins_seen_until = *last;
+        for (template, _) in &joins {
+            self.me.succeeded(template);
+        }
+        self.me.save(&self.store, &self.group).await
     }
 
     /// (Re)builds the provider when the group's configuration or templates changed.
@@ -362,6 +420,17 @@ impl Driver {
         }
         let ttl = Duration::from_secs(settings.max_provisioning_secs);
         for (template, rows) in by_template {
+            // Claimed first: should another driver read the same rows (a manager that lost
+            // the group and does not know it yet), each is launched by one of them.
+            let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
+            let claimed = self.store.claim_launches(&ids, now()).await?;
+            let rows: Vec<&InstanceRecord> = rows
+                .into_iter()
+                .filter(|r| claimed.contains(&r.id))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
             let mut requests = Vec::with_capacity(rows.len());
             for r in &rows {
                 let (token, _) = crate::auth::create_bootstrap_token(
@@ -398,7 +467,7 @@ impl Driver {
                                 self.store
                                     .move_instance(
                                         &r.id,
-                                        &[InstancePhase::Requested],
+                                        &[InstancePhase::Launching],
                                         InstancePhase::Provisioning,
                                         None,
                                         "launched",
@@ -468,7 +537,7 @@ impl Driver {
         Ok(())
     }
 
-    /// A requested instance the provider did not start.
+    /// A requested or claimed instance the provider did not start.
     async fn never_started(
         &self,
         r: &InstanceRecord,
@@ -478,7 +547,7 @@ impl Driver {
         self.store
             .move_instance(
                 &r.id,
-                &[InstancePhase::Requested],
+                &[InstancePhase::Requested, InstancePhase::Launching],
                 InstancePhase::Failed,
                 None,
                 reason,
@@ -497,6 +566,7 @@ impl Driver {
         control: &Arc<Control>,
     ) -> Result<(), StoreError> {
         let (until, failures) = self.me.failed(template, fatal, what, now);
+        self.me.save(&self.store, &self.group).await?;
         let labels = crate::metrics::LaunchFailureLabels {
             group: self.group.clone(),
             template: template.to_string(),
@@ -641,6 +711,8 @@ impl Driver {
             .map(|i| (i.id.as_str(), i))
             .collect();
 
+        self.settle_claims(&known, &listed, settings, now).await?;
+
         // Unknown instances with the group's tag: terminated once past the grace period.
         let mut seen = HashSet::new();
         for i in present.values() {
@@ -725,6 +797,58 @@ impl Driver {
                 }
                 _ => {}
             }
+        }
+        Ok(())
+    }
+
+    /// Instances claimed for launch by a driver that stopped before it said how the launch
+    /// went (its manager died or lost the group), once that launch call would have timed out:
+    /// the provider's list, by agent id, says whether it was launched. Never launched again.
+    async fn settle_claims(
+        &self,
+        known: &[InstanceRecord],
+        listed: &[Instance],
+        settings: &LaunchSettings,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        // This driver's own claims are settled within its round, before it reconciles.
+        let settled_by =
+            |r: &InstanceRecord| r.updated_at.plus_secs(settings.call_timeout_secs + 1);
+        let stale = known
+            .iter()
+            .filter(|r| r.phase == InstancePhase::Launching && settled_by(r) <= now);
+        for r in stale {
+            let found = listed.iter().find(|i| {
+                i.agent_id.as_deref() == Some(r.id.as_str()) && i.state != InstanceState::Gone
+            });
+            let (to, vendor, reason) = match found {
+                Some(i) => (
+                    InstancePhase::Provisioning,
+                    Some(i.id.as_str()),
+                    "launched by a driver that stopped before recording it",
+                ),
+                None => (
+                    InstancePhase::Failed,
+                    None,
+                    "claimed by a driver that stopped before launching it",
+                ),
+            };
+            let message = format!(
+                "instance of agent {}: {reason}; the provider lists it {}",
+                r.id,
+                vendor.map_or("nowhere".to_string(), |v| format!("as {v}"))
+            );
+            self.store
+                .move_instance_noting(
+                    &r.id,
+                    &[InstancePhase::Launching],
+                    to,
+                    vendor,
+                    reason,
+                    Some(&self.new_event("launch_settled", Some(&r.id), message)),
+                    now,
+                )
+                .await?;
         }
         Ok(())
     }

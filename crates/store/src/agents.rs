@@ -183,6 +183,7 @@ impl Store {
         drained_by_hand: bool,
         now: Timestamp,
     ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query(
             "UPDATE agents SET state = $2, drained_by_hand = $3, \
              idle_since = CASE WHEN $2 = 'alive' AND state <> 'alive' AND allocated = '' \
@@ -193,8 +194,9 @@ impl Store {
         .bind(name_of(&state))
         .bind(drained_by_hand)
         .bind(now.0)
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::not_found("agent", id));
         }

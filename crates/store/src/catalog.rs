@@ -173,7 +173,7 @@ impl Store {
         .await?;
         let launches: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM instances WHERE group_name = $1 \
-                 AND state IN ('requested', 'provisioning', 'joined', 'terminating')",
+                 AND state IN ('requested', 'launching', 'provisioning', 'joined', 'terminating')",
         )
         .bind(name)
         .fetch_one(&mut *tx)
@@ -188,11 +188,13 @@ impl Store {
             .bind(name)
             .execute(&mut *tx)
             .await?;
-        // Whose jobs these were, and its registry accounts, are nothing to a group of the same
+        // Whose jobs these were, its registry accounts, its lease and its governor are nothing to a group of the same
         // name made later.
         for table in [
             "DELETE FROM batch_jobs WHERE group_name = $1",
             "DELETE FROM registry_logins WHERE group_name = $1",
+            "DELETE FROM group_leases WHERE group_name = $1",
+            "DELETE FROM launch_governors WHERE group_name = $1",
         ] {
             sqlx::query(table).bind(name).execute(&mut *tx).await?;
         }

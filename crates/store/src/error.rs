@@ -12,6 +12,12 @@ pub enum StoreError {
     /// The change is not allowed in the current state (e.g. deleting a group still in use).
     #[error("{0}")]
     Refused(String),
+    /// A fenced write of a group whose lease has moved on to another manager (or a later
+    /// epoch): this manager no longer owns the group and writes nothing more for it.
+    #[error(
+        "the lease of group {group:?} moved on from epoch {epoch}: another manager owns it now"
+    )]
+    Fenced { group: String, epoch: i64 },
     /// A row that does not parse back into the domain type.
     #[error("corrupt row: {0}")]
     Corrupt(String),

@@ -148,6 +148,7 @@ impl Store {
         expires_at: Timestamp,
         now: Timestamp,
     ) -> Result<()> {
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query(
             "INSERT INTO tokens (id, hash, role, user_name, created_at, expires_at, agent_id) \
              VALUES ($1, $2, 'bootstrap', $3, $4, $5, $6) ON CONFLICT DO NOTHING",
@@ -158,8 +159,9 @@ impl Store {
         .bind(now.0)
         .bind(expires_at.0)
         .bind(agent)
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::conflict("token", id));
         }

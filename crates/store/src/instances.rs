@@ -1,6 +1,6 @@
 //! Instances asked of a group's provider, one row each, from the pass that decided the launch
-//! to their end. Rows `requested` or `provisioning` are the launches in flight the cycle counts
-//! as capacity; the agent that joins with an instance's id makes it `joined`.
+//! to their end. Rows `requested`, `launching` or `provisioning` are the launches in flight the
+//! cycle counts as capacity; the agent that joins with an instance's id makes it `joined`.
 
 use sqlx::any::AnyRow;
 
@@ -150,14 +150,57 @@ impl Store {
     /// Records the vendor's id of an instance that has none yet, whatever its phase (its agent
     /// may join before the provider's launch call returns). Returns whether it was recorded.
     pub async fn record_provider_id(&self, id: &str, provider_id: &str) -> Result<bool> {
+        let mut tx = self.write_tx().await?;
         let done = sqlx::query(
             "UPDATE instances SET provider_id = $2 WHERE id = $1 AND provider_id IS NULL",
         )
         .bind(id)
         .bind(provider_id)
-        .execute(&self.write)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() > 0)
+    }
+
+    /// The templates of the group's instances whose agents joined after `since`, with when,
+    /// oldest first (the driver's successes, wherever the join was handled).
+    pub async fn joined_since(
+        &self,
+        group: &str,
+        since: Timestamp,
+    ) -> Result<Vec<(String, Timestamp)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT template, updated_at FROM instances WHERE group_name = $1 \
+             AND state = 'joined' AND updated_at > $2 ORDER BY updated_at",
+        )
+        .bind(group)
+        .bind(since.0)
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows.into_iter().map(|(t, at)| (t, Timestamp(at))).collect())
+    }
+
+    /// Claims requested instances for launching (`requested` → `launching`), in one
+    /// transaction, before the provider is asked: of several drivers that read the same rows,
+    /// one claims each, so none is launched twice. The ids claimed, in the order given.
+    pub async fn claim_launches(&self, ids: &[&str], now: Timestamp) -> Result<Vec<String>> {
+        let mut tx = self.write_tx().await?;
+        let mut claimed = Vec::with_capacity(ids.len());
+        for id in ids {
+            let done = sqlx::query(
+                "UPDATE instances SET state = 'launching', updated_at = $2, \
+                 reason = 'claimed for launch' WHERE id = $1 AND state = 'requested'",
+            )
+            .bind(*id)
+            .bind(now.0)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() > 0 {
+                claimed.push(id.to_string());
+            }
+        }
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     /// Moves an instance to `to` if it is in one of `from`; returns whether it moved. A

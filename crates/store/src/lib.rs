@@ -22,6 +22,7 @@ mod error;
 mod events;
 mod history;
 mod instances;
+mod leases;
 mod registry_logins;
 mod retention;
 mod sessions;
@@ -52,6 +53,7 @@ pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
 pub use history::{HistoryRows, NodeSpan, StateChange};
 pub use instances::{InstancePhase, InstanceRecord};
+pub use leases::{Fence, Lease, Wake, Wakes};
 pub use registry_logins::StoredLogin;
 pub use retention::Pruned;
 pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
@@ -138,6 +140,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0013_agent_images.sql"),
         include_str!("../migrations/postgres/0013_agent_images.sql"),
     ),
+    (
+        14,
+        "leases",
+        include_str!("../migrations/sqlite/0014_leases.sql"),
+        include_str!("../migrations/postgres/0014_leases.sql"),
+    ),
 ];
 
 /// How long a SQLite connection waits for another process's write lock before failing.
@@ -171,6 +179,11 @@ pub struct Store {
     /// SQLite's `max_page_count` for every connection, 0 for none: tests stand in for a full
     /// disk with it (see [`Store::sqlite_max_pages_for_test`]).
     max_pages: Arc<AtomicU64>,
+    /// Set on the store a group's owner runs its passes and driver with: every write
+    /// transaction first checks that the lease is still this one ([`Store::fenced`]).
+    fence: Option<Arc<Fence>>,
+    /// PostgreSQL's URL, for the connection that listens to other managers' wakes.
+    url: Option<Arc<str>>,
 }
 
 type Tx = Transaction<'static, Any>;
@@ -264,6 +277,8 @@ impl Store {
             read,
             write,
             max_pages,
+            fence: None,
+            url: None,
         })
     }
 
@@ -278,6 +293,8 @@ impl Store {
             read: pool.clone(),
             write: pool,
             max_pages: Arc::default(),
+            fence: None,
+            url: Some(url.into()),
         })
     }
 
@@ -290,7 +307,11 @@ impl Store {
             Backend::Sqlite => "BEGIN IMMEDIATE",
             Backend::Postgres => "BEGIN",
         };
-        Ok(self.write.begin_with(begin).await?)
+        let mut tx = self.write.begin_with(begin).await?;
+        if let Some(fence) = &self.fence {
+            leases::check(&mut tx, fence).await?;
+        }
+        Ok(tx)
     }
 
     /// A read-only transaction that sees one instant: SQLite's WAL read transactions already

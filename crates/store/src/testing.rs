@@ -21,6 +21,31 @@ pub async fn fresh_database(admin_url: &str, test: &str) -> Result<String> {
     Ok(with_database(admin_url, &name))
 }
 
+/// Leaves instance `id` of `group` claimed for launch since `at`, as a driver that died between
+/// its claim and the provider's answer would (on the database of `url`).
+pub async fn abandoned_claim(
+    url: &str,
+    group: &str,
+    template: &str,
+    id: &str,
+    at: corral_core::Timestamp,
+) -> Result<()> {
+    sqlx::any::install_default_drivers();
+    let mut conn = AnyConnection::connect(url).await?;
+    sqlx::query(
+        "INSERT INTO instances (id, group_name, template, state, requested_at, updated_at, \
+         reason) VALUES ($1, $2, $3, 'launching', $4, $4, 'claimed for launch')",
+    )
+    .bind(id)
+    .bind(group)
+    .bind(template)
+    .bind(at.0)
+    .execute(&mut conn)
+    .await?;
+    conn.close().await.ok();
+    Ok(())
+}
+
 /// `corral_test_<test>` in lowercase identifier characters, shortened with a hash to
 /// PostgreSQL's 63-byte limit so that long test names stay distinct.
 fn database_name(test: &str) -> String {

@@ -565,7 +565,7 @@ pub(super) async fn delete_group(
 ) -> Result<StatusCode> {
     caller.require_admin()?;
     app.store.delete_group(&name).await?;
-    app.control.forget(&name);
+    app.control.disown(&name);
     app.policies.invalidate(&name);
     app.registry_logins.invalidate(&name);
     Ok(StatusCode::NO_CONTENT)
