@@ -453,6 +453,19 @@ async fn a_failing_providers_backoff_goes_on_with_the_next_owner() {
     let owner = m
         .owner(&leases)
         .expect("one of the managers owns the group");
+    // Every manager shows the backoff, not only the owner.
+    let other = (owner + 1) % 3;
+    let url = format!("http://127.0.0.1:{}", m.ports[other]);
+    common::eventually(
+        "the backoff, shown by a manager that does not own the group",
+        Duration::from_secs(30),
+        || {
+            let out = m.cli_at(&url, &["group", "instances", "ha", "-o", "json"]);
+            let list: Value = serde_json::from_slice(&out.stdout).ok()?;
+            let reason = list["held"]["small"]["reason"].as_str()?.to_string();
+            reason.contains("backs off").then_some(())
+        },
+    );
     drop(m.procs[owner].take());
     new_owner(&m, &store).await;
     let seen: u32 = launch_failures(&m)

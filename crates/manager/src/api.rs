@@ -281,8 +281,29 @@ fn known_image(s: &Snapshot, image: Option<&str>) -> Result<()> {
 async fn snapshot(app: &App, name: &str) -> Result<Snapshot> {
     let now = now();
     let mut snapshot = app.store.snapshot(name, now).await?;
-    if let Some(driver) = app.control.driver(name) {
-        snapshot.launch_limits = driver.limits(now);
-    }
+    snapshot.launch_limits = launch_limits(app, name, now).await?;
     Ok(snapshot)
+}
+
+/// What each template of the group may launch at `now`, as its owner's governor says: this
+/// manager's driver when it runs the group, else the governor the owner keeps in the store
+/// (several managers on one database).
+pub(crate) async fn launch_limits(
+    app: &App,
+    name: &str,
+    now: corral_core::Timestamp,
+) -> Result<std::collections::BTreeMap<String, corral_core::LaunchLimit>> {
+    if let Some(driver) = app.control.driver(name) {
+        return Ok(driver.limits(now));
+    }
+    let governor = app.store.governor(name).await?;
+    // One that does not parse is the driver's to report; its launch settings are the default.
+    let settings = app
+        .store
+        .get_group_provider(name)
+        .await?
+        .and_then(|text| serde_json::from_str::<corral_provider::ProviderConfig>(&text).ok())
+        .map(|config| config.launch)
+        .unwrap_or_default();
+    Ok(governor.limits(&settings, now))
 }

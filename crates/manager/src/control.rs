@@ -2,6 +2,7 @@
 //! group (and on a periodic tick), coalescing bursts into one pass.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,8 +25,11 @@ pub struct Control {
     store: Store,
     tick: Duration,
     min_interval: Duration,
-    /// The groups this manager runs (it holds their leases): each one's worker.
-    workers: Mutex<HashMap<String, Arc<Notify>>>,
+    /// The groups this manager runs (it holds their leases).
+    owned: Mutex<HashMap<String, Owned>>,
+    /// Numbers each ownership of a group, so that a worker or driver of an earlier one (the
+    /// group lost and taken again, or deleted and made again) knows to stop.
+    terms: AtomicU64,
     /// What admission at submit reads, per group.
     pub views: Views,
     /// Per agent, woken when something is placed on it (its sync may be waiting).
@@ -34,8 +38,6 @@ pub struct Control {
     pub sessions: Arc<Changes>,
     /// What `GET /metrics` shows.
     pub metrics: Arc<Metrics>,
-    /// Per group, the vendor half of its scaling driver.
-    drivers: Mutex<HashMap<String, Arc<GroupDriver>>>,
     driver_config: DriverConfig,
     /// Which groups this manager runs, shared with the others on its database.
     pub(crate) leases: Arc<Leases>,
@@ -53,12 +55,12 @@ impl Control {
             store,
             tick,
             min_interval,
-            workers: Mutex::default(),
+            owned: Mutex::default(),
+            terms: AtomicU64::new(0),
             views: Views::default(),
             agents: Mutex::default(),
             sessions: Arc::default(),
             metrics: Arc::default(),
-            drivers: Mutex::default(),
             driver_config,
             leases,
         })
@@ -68,24 +70,29 @@ impl Control {
         &self.driver_config
     }
 
+    fn lock_owned(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owned>> {
+        self.owned.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// This manager runs the group (it holds its lease).
     pub(crate) fn owns(&self, group: &str) -> bool {
-        self.workers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(group)
+        self.lock_owned().contains_key(group)
+    }
+
+    /// This manager still runs the group as it did when it started the worker or driver of
+    /// ownership `term`: one of an earlier ownership stops.
+    pub(crate) fn runs(&self, group: &str, term: u64) -> bool {
+        self.lock_owned().get(group).is_some_and(|o| o.term == term)
     }
 
     /// The groups this manager runs.
     pub(crate) fn owned(&self) -> Vec<String> {
-        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        workers.keys().cloned().collect()
+        self.lock_owned().keys().cloned().collect()
     }
 
     /// The group's scaling driver, if this manager runs the group.
     pub fn driver(&self, group: &str) -> Option<Arc<GroupDriver>> {
-        let drivers = self.drivers.lock().unwrap_or_else(|p| p.into_inner());
-        drivers.get(group).cloned()
+        self.lock_owned().get(group).map(|o| o.driver.clone())
     }
 
     /// Something happened to `group`: its owner runs a pass soon (this manager, or the one
@@ -93,12 +100,11 @@ impl Control {
     /// folded into one more pass.
     pub fn wake(self: &Arc<Self>, group: &str) {
         self.views.invalidate(group);
-        let workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(notify) = workers.get(group) {
-            notify.notify_one();
+        let worker = self.lock_owned().get(group).map(|o| o.worker.clone());
+        if let Some(worker) = worker {
+            worker.notify_one();
             return;
         }
-        drop(workers);
         self.leases.unowned_woken(group);
         self.tell_others(Wake::Group(group.to_string()));
     }
@@ -124,27 +130,31 @@ impl Control {
             return Ok(());
         }
         let governor = self.store.governor(group).await?;
-        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        if workers.contains_key(group) {
-            return Ok(());
-        }
         let store = self.store.fenced(Fence::from(lease));
-        let notify = Arc::new(Notify::new());
-        notify.notify_one();
-        workers.insert(group.to_string(), notify.clone());
-        let driver = Arc::new(GroupDriver::with(governor));
-        self.drivers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(group.to_string(), driver.clone());
-        tokio::spawn(
-            self.clone()
-                .worker(group.to_string(), notify, store.clone()),
-        );
+        let owned = Owned {
+            term: self.terms.fetch_add(1, Ordering::Relaxed),
+            worker: Arc::new(Notify::new()),
+            driver: Arc::new(GroupDriver::with(governor)),
+        };
+        owned.worker.notify_one();
+        {
+            let mut all = self.lock_owned();
+            if all.contains_key(group) {
+                return Ok(());
+            }
+            all.insert(group.to_string(), owned.clone());
+        }
+        tokio::spawn(self.clone().worker(
+            group.to_string(),
+            owned.term,
+            owned.worker,
+            store.clone(),
+        ));
         tokio::spawn(crate::scaling::drive(
             self.clone(),
             group.to_string(),
-            driver,
+            owned.term,
+            owned.driver,
             store,
         ));
         Ok(())
@@ -182,21 +192,26 @@ impl Control {
     /// The group was deleted, or its lease lost or handed over: its worker stops at its next
     /// pass, its driver at its next round.
     pub fn disown(&self, group: &str) {
-        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(notify) = workers.remove(group) {
-            notify.notify_one();
-        }
-        let driver = self
-            .drivers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(group);
-        if let Some(driver) = driver {
-            driver.kick();
+        let owned = self.lock_owned().remove(group);
+        if let Some(owned) = owned {
+            owned.worker.notify_one();
+            owned.driver.kick();
         }
     }
 
-    async fn worker(self: Arc<Self>, group: String, notify: Arc<Notify>, store: Store) {
+    /// A worker or driver of ownership `term` found the group gone or its lease moved on: the
+    /// group is disowned, unless it is run already under a later ownership.
+    pub(crate) fn step_down(&self, group: &str, term: u64) {
+        let mut owned = self.lock_owned();
+        if owned.get(group).is_some_and(|o| o.term == term) {
+            let gone = owned.remove(group).expect("just seen");
+            drop(owned);
+            gone.worker.notify_one();
+            gone.driver.kick();
+        }
+    }
+
+    async fn worker(self: Arc<Self>, group: String, term: u64, notify: Arc<Notify>, store: Store) {
         let mut last_pass: Option<Instant> = None;
         // The next pass is due by then although nothing happens (a batching window closes).
         let mut recheck: Option<Duration> = None;
@@ -209,14 +224,8 @@ impl Control {
             if let Some(at) = last_pass {
                 tokio::time::sleep_until(at + self.min_interval).await;
             }
-            // Disowned (and maybe owned again since, with another worker and epoch): stop.
-            if !self
-                .workers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&group)
-                .is_some_and(|n| Arc::ptr_eq(n, &notify))
-            {
+            // Disowned (and maybe owned again since): stop.
+            if !self.runs(&group, term) {
                 return;
             }
             last_pass = Some(Instant::now());
@@ -239,12 +248,12 @@ impl Control {
                         .map(|at| Duration::from_millis(now().ms_until(at)));
                 }
                 Err(StoreError::NotFound { .. }) => {
-                    self.disown(&group);
+                    self.step_down(&group, term);
                     return;
                 }
                 Err(e @ StoreError::Fenced { .. }) => {
                     tracing::warn!(group, error = %e, "stopping the group's passes");
-                    self.disown(&group);
+                    self.step_down(&group, term);
                     return;
                 }
                 Err(e) => {
@@ -294,6 +303,15 @@ impl Control {
             m.launches.get_or_create(&labels).inc_by(u64::from(l.count));
         }
     }
+}
+
+/// A group this manager runs: which of its ownerships of the group this is, its worker's
+/// wake-up, its driver.
+#[derive(Clone)]
+struct Owned {
+    term: u64,
+    worker: Arc<Notify>,
+    driver: Arc<GroupDriver>,
 }
 
 /// What a pass did, and when the next is due although nothing happens.

@@ -130,6 +130,7 @@ struct Connected {
 pub(crate) async fn drive(
     control: Arc<Control>,
     group: String,
+    term: u64,
     me: Arc<GroupDriver>,
     store: Store,
 ) {
@@ -151,7 +152,7 @@ pub(crate) async fn drive(
             Err(StoreError::NotFound { .. }) => return,
             Err(e @ StoreError::Fenced { .. }) => {
                 tracing::warn!(group = driver.group, error = %e, "stopping the group's driver");
-                control.disown(&driver.group);
+                control.step_down(&driver.group, term);
                 return;
             }
             Err(e) => {
@@ -159,11 +160,8 @@ pub(crate) async fn drive(
                 Duration::from_secs(1)
             }
         };
-        // Disowned (and maybe owned again since, with another driver and epoch): stop.
-        if !control
-            .driver(&driver.group)
-            .is_some_and(|d| Arc::ptr_eq(&d, &driver.me))
-        {
+        // Disowned (and maybe owned again since): stop.
+        if !control.runs(&driver.group, term) {
             return;
         }
         tokio::select! {

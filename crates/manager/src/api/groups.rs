@@ -414,11 +414,7 @@ pub(super) async fn list_instances(
         &InstancePhase::LIVE
     };
     let instances = app.store.list_instances(&name, phases).await?;
-    let held = app
-        .control
-        .driver(&name)
-        .map(|d| d.limits(now()))
-        .unwrap_or_default();
+    let held = crate::api::launch_limits(&app, &name, now()).await?;
     Ok(Json(InstanceList { instances, held }))
 }
 
