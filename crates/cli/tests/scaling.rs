@@ -555,8 +555,11 @@ fn instances_that_never_join_back_off_longer_each_time() {
             .collect();
         (failed.len() >= 2).then_some(failed)
     });
+    // Its process ends at once: seen ended by reconciliation, or late by the provisioning
+    // time-out, whichever looks first; either way it never joined.
     assert!(
-        failures[0].contains("did not join within 1 s"),
+        failures[0].contains("did not join within 1 s")
+            || failures[0].contains("ended before joining"),
         "{failures:?}"
     );
     assert!(
