@@ -183,12 +183,17 @@ impl Governor {
     }
 
     /// The provider launched `template` (or one of its instances joined): its backoff resets.
-    pub fn succeeded(&mut self, template: &str) {
-        if let Some(health) = self.templates.get_mut(template) {
-            health.failures = 0;
-            health.blocked_until = None;
-            health.last_error.clear();
-        }
+    /// Returns whether there was one to reset.
+    pub fn succeeded(&mut self, template: &str) -> bool {
+        let Some(health) = self.templates.get_mut(template) else {
+            return false;
+        };
+        let backed_off =
+            health.failures > 0 || health.blocked_until.is_some() || !health.last_error.is_empty();
+        health.failures = 0;
+        health.blocked_until = None;
+        health.last_error.clear();
+        backed_off
     }
 
     /// A launch of `template` failed (or one of its instances never joined). Returns until when
@@ -255,8 +260,9 @@ mod tests {
             "capped at 60 s"
         );
         assert_eq!(g.failures()["a"], 4);
-        g.succeeded("a");
+        assert!(g.succeeded("a"), "a backoff was reset");
         assert!(g.failures().is_empty());
+        assert!(!g.succeeded("a"), "nothing left to reset");
         assert_eq!(
             g.failed(&s, "a", false, "no room", t(200)),
             t(210),

@@ -298,11 +298,8 @@ pub(crate) async fn launch_limits(
     }
     let governor = app.store.governor(name).await?;
     // One that does not parse is the driver's to report; its launch settings are the default.
-    let settings = app
-        .store
-        .get_group_provider(name)
-        .await?
-        .and_then(|text| serde_json::from_str::<corral_provider::ProviderConfig>(&text).ok())
+    let stored = app.store.get_group_provider(name).await?;
+    let settings = crate::secrets::parse_stored(name, stored.as_deref())
         .map(|config| config.launch)
         .unwrap_or_default();
     Ok(governor.limits(&settings, now))

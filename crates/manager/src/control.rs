@@ -192,20 +192,26 @@ impl Control {
     /// The group was deleted, or its lease lost or handed over: its worker stops at its next
     /// pass, its driver at its next round.
     pub fn disown(&self, group: &str) {
-        let owned = self.lock_owned().remove(group);
-        if let Some(owned) = owned {
-            owned.worker.notify_one();
-            owned.driver.kick();
-        }
+        self.remove_owned(group, None);
     }
 
     /// A worker or driver of ownership `term` found the group gone or its lease moved on: the
     /// group is disowned, unless it is run already under a later ownership.
     pub(crate) fn step_down(&self, group: &str, term: u64) {
-        let mut owned = self.lock_owned();
-        if owned.get(group).is_some_and(|o| o.term == term) {
-            let gone = owned.remove(group).expect("just seen");
-            drop(owned);
+        self.remove_owned(group, Some(term));
+    }
+
+    /// Ends the group's ownership (only if it is `term`, when given); its worker and driver
+    /// wake to find it ended, and stop.
+    fn remove_owned(&self, group: &str, term: Option<u64>) {
+        let gone = {
+            let mut owned = self.lock_owned();
+            match owned.get(group) {
+                Some(o) if term.is_none_or(|t| t == o.term) => owned.remove(group),
+                _ => None,
+            }
+        };
+        if let Some(gone) = gone {
             gone.worker.notify_one();
             gone.driver.kick();
         }

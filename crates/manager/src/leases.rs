@@ -157,10 +157,13 @@ async fn round(
     let now = now();
     let ttl = leases.ttl_ms();
     let until = Timestamp(now.0.saturating_add(ttl));
-    // Managers silent for a day are forgotten; those silent for a lease are not at work.
-    store
-        .manager_seen(&leases.owner, now, Timestamp(now.0 - 86_400_000))
-        .await?;
+    // Managers silent for a day are forgotten; those silent for a lease are not at work. The
+    // one manager of a SQLite database counts on no other, and need not say it is at work.
+    if !leases.single {
+        store
+            .manager_seen(&leases.owner, now, Timestamp(now.0 - 86_400_000))
+            .await?;
+    }
     let held = store.renew_leases(&leases.owner, until).await?;
     let held_names: HashSet<&str> = held.iter().map(|l| l.group.as_str()).collect();
     // Lost meanwhile (taken over while this manager was paused or cut off).
@@ -175,12 +178,7 @@ async fn round(
             control.own(lease).await?;
         }
     }
-    let groups: Vec<String> = store
-        .list_groups()
-        .await?
-        .into_iter()
-        .map(|g| g.name)
-        .collect();
+    let groups = store.group_names().await?;
     let all = store.list_leases().await?;
     let mut managers = match leases.single {
         true => Vec::new(),

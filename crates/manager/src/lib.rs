@@ -327,15 +327,15 @@ async fn seal_stored_secrets(
     created_key: Option<&Path>,
 ) -> Result<(), ManagerError> {
     let mut sealed = 0;
-    for group in store.list_groups().await? {
-        let Some(text) = store.get_group_provider(&group.name).await? else {
+    for group in store.group_names().await? {
+        let Some(text) = store.get_group_provider(&group).await? else {
             continue;
         };
         // One that does not parse is reported by the group's driver.
-        let Ok(mut config) = serde_json::from_str::<corral_provider::ProviderConfig>(&text) else {
+        let Ok(mut config) = secrets::parse_stored(&group, Some(&text)) else {
             continue;
         };
-        if let Err(e) = secrets::open_config(key, &mut config.clone(), &group.name) {
+        if let Err(e) = secrets::open_config(key, &mut config.clone(), &group) {
             if let Some(path) = created_key {
                 let _ = std::fs::remove_file(path);
                 return Err(e.into());
@@ -349,12 +349,9 @@ async fn seal_stored_secrets(
         let new = serde_json::to_string(&config)
             .map_err(|e| corral_store::StoreError::Corrupt(e.to_string()))?;
         // Only if unchanged meanwhile (another manager sealing it, or an API call).
-        if store
-            .replace_group_provider(&group.name, &text, &new)
-            .await?
-        {
+        if store.replace_group_provider(&group, &text, &new).await? {
             tracing::info!(
-                group = group.name,
+                group = group.as_str(),
                 "sealed provider secrets stored in plain text"
             );
             sealed += 1;

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -45,6 +46,8 @@ pub struct DriverConfig {
 pub struct GroupDriver {
     notify: Notify,
     governor: Mutex<(Governor, LaunchSettings)>,
+    /// A join reset a backoff since the governor was last saved.
+    unsaved: AtomicBool,
 }
 
 impl GroupDriver {
@@ -54,12 +57,14 @@ impl GroupDriver {
         GroupDriver {
             notify: Notify::new(),
             governor: Mutex::new((governor, LaunchSettings::default())),
+            unsaved: AtomicBool::new(false),
         }
     }
 
     /// Writes the governor as it is now (through the owner's fenced store), so that the next
     /// owner goes on from it.
     pub(crate) async fn save(&self, store: &Store, group: &str) -> Result<(), StoreError> {
+        self.unsaved.store(false, Ordering::SeqCst);
         let governor = self
             .governor
             .lock()
@@ -107,10 +112,12 @@ impl GroupDriver {
         (until, failures)
     }
 
-    /// An instance of `template` joined: its backoff ends.
+    /// An instance of `template` joined: its backoff ends (and is saved at the next round).
     pub(crate) fn succeeded(&self, template: &str) {
         let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
-        g.0.succeeded(template);
+        if g.0.succeeded(template) {
+            self.unsaved.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -273,14 +280,16 @@ impl Driver {
             .store
             .joined_since(&self.group, self.joins_seen_until)
             .await?;
-        let Some((_, last)) = joins.last() else {
-            return Ok(());
-        };
-        self.joins_seen_until = *last;
+        if let Some((_, last)) = joins.last() {
+            self.joins_seen_until = *last;
+        }
         for (template, _) in &joins {
             self.me.succeeded(template);
         }
-        self.me.save(&self.store, &self.group).await
+        match self.me.unsaved.load(Ordering::SeqCst) {
+            true => self.me.save(&self.store, &self.group).await,
+            false => Ok(()),
+        }
     }
 
     /// (Re)builds the provider when the group's configuration or templates changed.
@@ -302,15 +311,15 @@ impl Driver {
         if self.connected.as_ref().is_some_and(current) {
             return Ok(());
         }
-        let parsed = stored.as_deref().map(|text| {
-            let mut config: ProviderConfig = serde_json::from_str(text)
-                .map_err(|e| format!("the stored provider configuration does not parse: {e}"))?;
-            crate::secrets::open_config(&self.config.secrets, &mut config, &self.group)
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>(config)
-        });
-        let config: ProviderConfig = match parsed.transpose() {
-            Ok(c) => c.unwrap_or_default(),
+        let opened = crate::secrets::parse_stored(&self.group, stored.as_deref())
+            .map_err(|e| e.to_string())
+            .and_then(|mut config| {
+                crate::secrets::open_config(&self.config.secrets, &mut config, &self.group)
+                    .map_err(|e| e.to_string())?;
+                Ok(config)
+            });
+        let config: ProviderConfig = match opened {
+            Ok(config) => config,
             Err(e) => {
                 self.event("provider", None, e.clone()).await?;
                 self.connected = Some(Connected {

@@ -18,6 +18,7 @@ use base64::Engine;
 use chacha20poly1305::aead::{Aead, KeyInit};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use corral_provider::{ProviderConfig, ProviderSettings, REDACTED};
+use corral_store::StoreError;
 
 /// What a sealed value starts with; the version names the cipher and layout.
 const SEALED: &str = "enc:v1:";
@@ -178,6 +179,19 @@ impl SecretKey {
 /// Whether a stored value is sealed (rather than plaintext an older version stored).
 pub fn is_sealed(value: &str) -> bool {
     value.starts_with(SEALED)
+}
+
+/// A group's provider configuration as the store keeps it (its secrets still sealed); the
+/// static provider's when none is stored. Text that does not parse is `Corrupt`, naming the
+/// group.
+pub fn parse_stored(group: &str, stored: Option<&str>) -> Result<ProviderConfig, StoreError> {
+    stored.map_or(Ok(ProviderConfig::default()), |text| {
+        serde_json::from_str(text).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "group {group:?}: the stored provider configuration does not parse: {e}"
+            ))
+        })
+    })
 }
 
 /// Seals the configuration's secret values that are not sealed yet; returns how many it sealed.

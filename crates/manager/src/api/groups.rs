@@ -28,14 +28,8 @@ use crate::{now, App};
 /// One this manager's key cannot open reads as redacted (and is logged): answers redact it
 /// anyway, and a configuration sent back must then give it again.
 async fn stored_provider(app: &App, name: &str) -> Result<ProviderConfig> {
-    let mut config: ProviderConfig = match app.store.get_group_provider(name).await? {
-        None => return Ok(ProviderConfig::default()),
-        Some(text) => serde_json::from_str(&text).map_err(|e| {
-            ApiError::from(corral_store::StoreError::Corrupt(format!(
-                "group {name:?}, column provider: {e}"
-            )))
-        })?,
-    };
+    let stored = app.store.get_group_provider(name).await?;
+    let mut config = crate::secrets::parse_stored(name, stored.as_deref())?;
     crate::secrets::open_config_or_redact(&app.secrets, &mut config, name);
     Ok(config)
 }
