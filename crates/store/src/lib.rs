@@ -310,7 +310,7 @@ impl Store {
             Backend::Sqlite => "BEGIN IMMEDIATE",
             Backend::Postgres => "BEGIN",
         };
-        let mut tx = self.write.begin_with(begin).await?;
+        let mut tx = begin_on(&self.write, begin).await?;
         if let Some(fence) = &self.fence {
             leases::check(&mut tx, fence).await?;
         }
@@ -324,7 +324,7 @@ impl Store {
             Backend::Sqlite => "BEGIN",
             Backend::Postgres => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         };
-        Ok(self.read.begin_with(begin).await?)
+        begin_on(&self.read, begin).await
     }
 
     /// Checks that the store can take writes now: reads nothing a caller needs and keeps
@@ -381,6 +381,25 @@ impl Store {
             Backend::Postgres => postgres,
         }
     }
+}
+
+/// Begins a transaction on `pool` with the statement `begin`, to its end even if the caller is
+/// cancelled (a client that went away): sqlx's PostgreSQL driver counts a transaction only once
+/// BEGIN's answer is read, so a caller cancelled while it waited left the transaction open on a
+/// connection the pool took for idle and handed to the next caller (seen with several managers
+/// under SIGSTOP: "cannot execute UPDATE in a read-only transaction", then "current transaction
+/// is aborted" for every later use of that connection). Begun in a task of its own, a
+/// transaction whose caller is gone is dropped once begun, and so rolled back.
+async fn begin_on(pool: &AnyPool, begin: &'static str) -> Result<Tx> {
+    let pool = pool.clone();
+    tokio::spawn(async move { pool.begin_with(begin).await })
+        .await
+        .map_err(|e| {
+            StoreError::Io(std::io::Error::other(format!(
+                "beginning a transaction: {e}"
+            )))
+        })?
+        .map_err(StoreError::from)
 }
 
 /// Pool options that never give a connection back with a transaction still open. sqlx counts

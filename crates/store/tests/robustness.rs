@@ -3,7 +3,7 @@
 
 mod common;
 
-use corral_store::{SessionFilter, Store, StoreError};
+use corral_store::{InstancePhase, SessionFilter, Store, StoreError};
 
 use common::*;
 
@@ -92,3 +92,38 @@ async fn sqlite_files_are_private() {
         assert_eq!(mode(&data.join(f)), 0o600, "{f}");
     }
 }
+
+// Callers cancelled at every point of their reads and writes (clients that went away): no
+// connection goes back to the pool inside a transaction, so every later call works. Before
+// transactions were begun in a task of their own, PostgreSQL's pool handed out connections left
+// in a READ ONLY transaction ("cannot execute UPDATE in a read-only transaction").
+on_both!(callers_cancelled_midway_leave_no_transaction_open, |db| {
+    let s = &db.store;
+    s.create_group(&group("g"), t(1)).await.unwrap();
+    // Each call is cancelled after the runtime ran a little more of it each time: some while
+    // they wait for BEGIN's answer.
+    for turns in 0..600 {
+        let calls = [
+            tokio::spawn({
+                let s = s.clone();
+                async move { s.list_instances("g", &InstancePhase::ALL).await.map(drop) }
+            }),
+            tokio::spawn({
+                let s = s.clone();
+                async move { s.get_session("none").await.map(drop) }
+            }),
+        ];
+        for _ in 0..turns % 60 {
+            tokio::task::yield_now().await;
+        }
+        for call in calls {
+            call.abort();
+            let _ = call.await;
+        }
+        // A statement of its own, not a transaction (whose BEGIN and COMMIT would close one
+        // left open).
+        s.touch_agent("none", t(3))
+            .await
+            .unwrap_or_else(|e| panic!("a write after {turns} turns: {e}"));
+    }
+});
