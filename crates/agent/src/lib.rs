@@ -9,6 +9,7 @@ use std::time::Duration;
 
 mod admit;
 mod checkpoint;
+mod fence;
 mod images;
 pub mod metadata;
 pub mod update;
@@ -31,6 +32,11 @@ const MAX_REJOIN_WAIT: Duration = Duration::from_secs(60);
 /// Waits before trying again after the manager could not be reached.
 const FIRST_RETRY_WAIT: Duration = Duration::from_millis(200);
 const MAX_JOIN_RETRY_WAIT: Duration = Duration::from_secs(10);
+/// A sync answers within its long poll (`wait_secs`, at most a heartbeat); one that has not
+/// this long after it is given up (a connection a partition left hanging) and tried again.
+const SYNC_SLACK: Duration = Duration::from_secs(5);
+/// How often the agent looks whether it is cut off long enough to stop its sessions.
+const FENCE_WATCH: Duration = Duration::from_millis(250);
 
 /// Waits between tries, without end: doubling from `first` up to `cap`, each plus a random
 /// part of itself, so that agents cut off together (a manager restart) do not come back in step.
@@ -149,6 +155,10 @@ struct Agent {
     offsets: tokio::sync::Mutex<HashMap<(String, &'static str), u64>>,
     /// The images it holds, kept current while its group's policy says so.
     images: images::Images,
+    /// When it is to stop its sessions, cut off from the manager.
+    fence: Mutex<fence::Fence>,
+    /// Sessions it stopped itself, cut off, with why: reported `disconnected`.
+    fenced: Mutex<HashMap<String, String>>,
 }
 
 impl Agent {
@@ -170,6 +180,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), AgentError> {
     let client = Client::new(&config.manager, &config.token, config.ca_file.as_deref())?;
+    let kept_rules = fence::load(&config.work_root);
     let agent = Arc::new(Agent {
         token: Mutex::new(config.resume_token.clone().unwrap_or(config.token.clone())),
         config,
@@ -182,6 +193,8 @@ pub async fn run(
         ended: Ended::default(),
         offsets: tokio::sync::Mutex::default(),
         images: images::Images::default(),
+        fence: Mutex::new(fence::Fence::new(kept_rules, tokio::time::Instant::now())),
+        fenced: Mutex::default(),
     });
     tokio::select! {
         r = serve(agent) => r,
@@ -251,6 +264,8 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             }
         }
     }));
+    // Watched beside the syncs, so that a sync left hanging delays no fence.
+    let _fence = AbortOnDrop(tokio::spawn(watch_fence(agent.clone())));
     // Images are checked beside the syncs, so that a slow registry or pull delays nothing.
     let _images = agent
         .runtime
@@ -264,6 +279,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         // Joining again (the manager forgot this agent) uses the agent's own token: a one-time
         // bootstrap token is spent; the bootstrap token is the fallback.
         let own = lock(&agent.token).clone();
+        let started = tokio::time::Instant::now();
         let attempt = match &config.key {
             // The manager takes an external agent's joins by its key only.
             Some(key) => agent.client.join_with_key(key, &join).await,
@@ -290,6 +306,18 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         tracing::info!(agent = config.id, group = config.group, "joined");
         *lock(&agent.token) = joined.token.clone();
         agent.images.joined();
+        let rules = {
+            let mut fence = lock(&agent.fence);
+            let rules = fence::Rules {
+                lost_after_secs: joined.lost_after_secs,
+                grace_secs: joined
+                    .fence_grace_secs
+                    .unwrap_or(config.stop_grace.as_secs()),
+                on_disconnect: fence.rules().map(|r| r.on_disconnect).unwrap_or_default(),
+            };
+            fence.heard(rules, started).then_some(rules)
+        };
+        keep_fence_rules(config, rules);
         join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
         let heartbeat = Duration::from_secs(joined.heartbeat_secs.max(1));
         let mut sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
@@ -336,8 +364,18 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     _ => std::future::pending().await,
                 }
             };
+            let started = tokio::time::Instant::now();
+            let bounded = tokio::time::timeout(
+                Duration::from_secs(request.wait_secs) + SYNC_SLACK,
+                as_agent.sync(&config.id, &request),
+            );
             let answer = tokio::select! {
-                a = as_agent.sync(&config.id, &request) => Some(a),
+                a = bounded => Some(a.unwrap_or_else(|_| Err(ClientError::Transport {
+                    server: config.manager.clone(),
+                    kind: corral_api::error::Transport::Timeout,
+                    cause: "the sync did not answer within its long poll".into(),
+                    ca_file: None,
+                }))),
                 // Something ended while the sync waited: report it now.
                 () = bell => None,
                 // Time to drain while the sync waited: say so now, not a heartbeat later.
@@ -350,6 +388,8 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             agent.images.reported(images, answer.is_ok());
             match answer {
                 Ok(resp) => {
+                    let rules = lock(&agent.fence).synced(resp.on_disconnect, started);
+                    keep_fence_rules(config, rules);
                     agent.images.set_policy(resp.images.clone());
                     sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
                     rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
@@ -411,6 +451,59 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     tokio::time::sleep(sync_retry.next().unwrap_or(heartbeat)).await;
                 }
             }
+        }
+    }
+}
+
+/// Keeps changed fence rules for a restart.
+fn keep_fence_rules(config: &Config, rules: Option<fence::Rules>) {
+    if let Some(rules) = rules {
+        if let Err(e) = fence::save(&config.work_root, &rules) {
+            tracing::warn!(error = %e, "could not keep the fence rules for a restart");
+        }
+    }
+}
+
+/// Stops every session the agent holds once it is cut off from the manager long enough (its
+/// group's `on_disconnect` is `stop`): sessions waiting to start are dropped, running ones are
+/// stopped within the manager's grace; each is reported `disconnected` once it gets through.
+async fn watch_fence(agent: Arc<Agent>) {
+    let mut tick = tokio::time::interval(FENCE_WATCH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let due = lock(&agent.fence).due(tokio::time::Instant::now());
+        let Some((silence, grace)) = due else {
+            continue;
+        };
+        let why = format!("no contact with the manager for {} s", silence.as_secs());
+        let dropped: Vec<Assignment> = std::mem::take(&mut *lock(&agent.waiting));
+        if !dropped.is_empty() {
+            let mut reports = lock(&agent.ended.reports);
+            for a in &dropped {
+                reports.push(SessionReport {
+                    id: a.id.clone(),
+                    state: ReportedState::Disconnected,
+                    exit_code: None,
+                    reason: Some(why.clone()),
+                });
+            }
+        }
+        let running: Vec<String> = lock(&agent.running).keys().cloned().collect();
+        for id in running {
+            if lock(&agent.fenced)
+                .insert(id.clone(), why.clone())
+                .is_some()
+            {
+                continue; // Being stopped already.
+            }
+            tracing::warn!(session = id, "{why}: stopping the session");
+            let agent = agent.clone();
+            tokio::spawn(async move {
+                if let Err(e) = agent.runtime.stop(&id, grace).await {
+                    tracing::warn!(session = id, error = %e, "stop failed");
+                }
+            });
         }
     }
 }
@@ -587,6 +680,19 @@ fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
     let agent = agent.clone();
     tokio::spawn(async move {
         let exit = agent.runtime.wait(&a.id).await;
+        // Stopped by the agent itself, cut off: it runs again elsewhere (or fails), and the
+        // manager cannot be reached; what it left is not its result.
+        if let Some(why) = lock(&agent.fenced).remove(&a.id) {
+            lock(&agent.running).remove(&a.id);
+            lock(&agent.ended.reports).push(SessionReport {
+                id: a.id.clone(),
+                state: ReportedState::Disconnected,
+                exit_code: None,
+                reason: Some(why),
+            });
+            agent.ended.bell.notify_waiters();
+            return;
+        }
         let outputs = upload_outputs(&agent, &a).await;
         flush_logs(&agent, &a.id).await;
         let (mut state, exit_code, mut reason) = match exit {

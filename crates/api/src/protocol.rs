@@ -42,8 +42,14 @@ pub struct JoinResponse {
     pub token: String,
     /// How often to sync when nothing happens.
     pub heartbeat_secs: u64,
-    /// Silence after which the manager marks the agent lost.
+    /// Silence after which the manager marks the agent lost; an agent whose group says
+    /// `on_disconnect: stop` stops its sessions once it has not synced for this long.
     pub lost_after_secs: u64,
+    /// The longest the agent's stop of its sessions may take when it stops them so (SIGTERM,
+    /// then SIGKILL); the manager gives them to other agents only after it. Absent from older
+    /// managers: the agent then uses its own stop grace.
+    #[serde(default)]
+    pub fence_grace_secs: Option<u64>,
 }
 
 /// `POST /api/v1/agents/{id}/sync`: what the agent runs and what ended since the last sync.
@@ -100,6 +106,10 @@ pub enum ReportedState {
     /// or one its other sessions fill); `reason` says which. The manager puts it back in the
     /// queue.
     Refused,
+    /// Stopped by the agent itself, as it had not reached the manager for `lost_after` (its
+    /// group's `on_disconnect` is `stop`): the manager follows the group's `on_agent_lost`, as
+    /// for a lost agent.
+    Disconnected,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -122,6 +132,10 @@ pub struct SyncResponse {
     /// it holds. Unset, it pulls nothing by itself.
     #[serde(default)]
     pub images: Option<crate::images::ImageCheck>,
+    /// Whether the agent stops its sessions once it has not synced for `lost_after` (its
+    /// group's policy, as it is now).
+    #[serde(default)]
+    pub on_disconnect: corral_core::OnDisconnect,
 }
 
 /// A session to start, with everything the agent needs.

@@ -101,6 +101,9 @@ pub struct ScalingPolicy {
     pub max_launches_per_pass: u32,
     /// What becomes of the sessions of an agent that misses its heartbeats.
     pub on_agent_lost: OnAgentLost,
+    /// Whether an agent cut off from the manager stops its sessions (and when the manager
+    /// gives them to others).
+    pub on_disconnect: crate::OnDisconnect,
     /// When running sessions are ended by the group rather than by themselves.
     pub termination: Termination,
     /// Whether agents from outside the provider may join, with a registered key.
@@ -222,6 +225,7 @@ impl Default for ScalingPolicy {
             batch_max_ms: 10_000,
             max_launches_per_pass: 1000,
             on_agent_lost: OnAgentLost::Requeue,
+            on_disconnect: crate::OnDisconnect::Stop,
             termination: Termination::default(),
             external: ExternalAgents::default(),
             agent_update: crate::AgentUpdate::default(),

@@ -159,6 +159,7 @@ impl Problem {
                 batch_max_ms: g.batch_max_ms.unwrap_or(0),
                 max_launches_per_pass: g.max_launches_per_pass.unwrap_or(d.max_launches_per_pass),
                 on_agent_lost: g.on_agent_lost.unwrap_or(d.on_agent_lost),
+                on_disconnect: d.on_disconnect,
                 termination: g.termination.unwrap_or(d.termination),
                 external: d.external,
                 agent_update: d.agent_update.clone(),

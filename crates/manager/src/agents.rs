@@ -14,7 +14,9 @@ use axum::{Json, Router};
 use corral_api::protocol::*;
 use corral_api::sessions::OutputFile;
 use corral_core::devices::check_devices;
-use corral_core::{Agent, AgentId, AgentState, SessionState, Slots, Timestamp};
+use corral_core::{
+    Agent, AgentId, AgentState, OnAgentLost, OnDisconnect, SessionState, Slots, Timestamp,
+};
 use corral_store::{Heard, NewEvent, Role, SessionFilter, SessionRecord};
 use serde::Deserialize;
 use serde_json::json;
@@ -272,6 +274,7 @@ pub(crate) async fn register(
         token,
         heartbeat_secs: app.heartbeat.as_secs().max(1),
         lost_after_secs: app.lost_after.as_secs(),
+        fence_grace_secs: Some(corral_core::disconnect::fence_grace(app.lost_after).as_secs()),
     })
 }
 
@@ -313,6 +316,8 @@ async fn sync(
     crate::image_update::reported(&app, &id, &heard, &req, now).await?;
     let mut answer = answer(&app, &id, &heard, &req, now).await?;
     answer.images = crate::image_update::order(&app, &heard).await?;
+    let policy = app.policies.policy(&app.store, &heard.group).await?;
+    answer.on_disconnect = policy.map(|p| p.on_disconnect).unwrap_or_default();
     Ok(Json(answer))
 }
 
@@ -415,6 +420,35 @@ async fn answer(
             }
             // Refusing what it already runs says nothing new: the running report stands.
             ReportedState::Refused => {}
+            // It stopped the session itself, cut off from the manager: as for a lost agent.
+            ReportedState::Disconnected => {
+                let why = report.reason.as_deref().unwrap_or("it lost contact");
+                let policy = app
+                    .policies
+                    .policy(&app.store, &record.session.group)
+                    .await?;
+                let done = match policy.is_none_or(|p| p.on_agent_lost == OnAgentLost::Requeue) {
+                    true => {
+                        let reason = format!("requeued: agent {id} stopped it: {why}");
+                        app.store
+                            .requeue_held_session(&report.id, &id, now, &reason)
+                            .await
+                    }
+                    false => {
+                        let reason = format!("agent {id} stopped it: {why}");
+                        app.store
+                            .finish_session(&report.id, SessionState::Failed, None, now, &reason)
+                            .await
+                            .map(drop)
+                    }
+                };
+                match done {
+                    Ok(()) | Err(corral_store::StoreError::Conflict { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                app.control.sessions.bump(&report.id);
+                app.control.wake(&record.session.group);
+            }
             ReportedState::Succeeded | ReportedState::Failed => {
                 let state = if report.state == ReportedState::Succeeded {
                     SessionState::Succeeded
@@ -1095,46 +1129,68 @@ async fn read_file(file: &FsPath, what: &str, name: &str) -> Result<impl IntoRes
     }
 }
 
-/// Marks agents lost when they miss their heartbeats, and handles their sessions as their
-/// group's policy says.
+/// Marks agents lost when they miss their heartbeats (nothing new lands on them), and gives
+/// their sessions to the queue (or fails them) as their group's policy says: once the agent
+/// has surely stopped them itself (`on_disconnect: stop`, after
+/// [`corral_core::disconnect::release_after`]), or never while it may come back (`keep`).
 pub async fn watch_liveness(app: App) {
     let period = (app.lost_after / 4).max(Duration::from_millis(100));
     loop {
         tokio::time::sleep(period).await;
-        let now = now();
-        let cutoff = corral_core::Timestamp(
-            now.0 - i64::try_from(app.lost_after.as_millis()).unwrap_or(i64::MAX),
-        );
-        let silent = match app.store.silent_agents(cutoff).await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!(error = %e, "liveness check failed");
-                continue;
-            }
-        };
-        for (agent, group) in silent {
-            let requeue = match app.store.get_group(&group).await {
-                Ok(Some(g)) => g.policy.on_agent_lost == corral_core::OnAgentLost::Requeue,
-                _ => true,
-            };
-            match app.store.lose_agent(&agent, requeue, now).await {
-                Ok(sessions) => {
-                    app.control
-                        .sessions
-                        .bump_each(sessions.iter().map(String::as_str));
-                    tracing::warn!(
-                        agent,
-                        group,
-                        sessions = sessions.len(),
-                        requeue,
-                        "agent lost"
-                    );
-                    app.control.wake(&group);
-                }
-                Err(e) => tracing::warn!(agent, error = %e, "could not mark the agent lost"),
-            }
+        if let Err(e) = check_liveness(&app).await {
+            tracing::warn!(error = %e, "liveness check failed");
         }
     }
+}
+
+async fn check_liveness(app: &App) -> Result<(), corral_store::StoreError> {
+    let now = now();
+    let ago = |d: Duration| Timestamp(now.0 - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let release_after = corral_core::disconnect::release_after(app.lost_after);
+    for (agent, group) in app.store.silent_agents(ago(app.lost_after)).await? {
+        let policy = app.store.get_group(&group).await?.map(|g| g.policy);
+        let on_disconnect = policy.as_ref().map(|p| p.on_disconnect).unwrap_or_default();
+        let requeue = policy.is_none_or(|p| p.on_agent_lost == OnAgentLost::Requeue);
+        let fate = match (on_disconnect, requeue) {
+            (OnDisconnect::Keep, _) => {
+                "stay with it: it keeps running them, and they are requeued only if it is gone for good".to_string()
+            }
+            (OnDisconnect::Stop, requeue) => format!(
+                "stay with it while it stops them itself; {} in {} s unless it is back",
+                if requeue { "requeued" } else { "failed" },
+                (release_after - app.lost_after).as_secs_f64().ceil()
+            ),
+        };
+        if let Some(held) = app.store.mark_agent_lost(&agent, now, &fate).await? {
+            tracing::warn!(agent, group, sessions = held, "agent lost; {fate}");
+            app.control.wake(&group);
+        }
+    }
+    for (agent, group) in app.store.lost_agents_holding(ago(release_after)).await? {
+        let Some(policy) = app.store.get_group(&group).await?.map(|g| g.policy) else {
+            continue;
+        };
+        if policy.on_disconnect == OnDisconnect::Keep {
+            continue;
+        }
+        let requeue = policy.on_agent_lost == OnAgentLost::Requeue;
+        let released = app
+            .store
+            .release_lost_agent(&agent, ago(release_after), requeue, now)
+            .await?;
+        app.control
+            .sessions
+            .bump_each(released.iter().map(String::as_str));
+        tracing::warn!(
+            agent,
+            group,
+            sessions = released.len(),
+            requeue,
+            "a lost agent's sessions leave it"
+        );
+        app.control.wake(&group);
+    }
+    Ok(())
 }
 
 /// Ends running sessions as their group's termination policy says: interactive sessions idle

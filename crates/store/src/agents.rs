@@ -17,6 +17,16 @@ macro_rules! agent_columns {
 }
 pub(crate) use agent_columns;
 
+/// What removing an agent did ([`Store::remove_agent`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub group: String,
+    /// The hashes of its tokens, revoked.
+    pub revoked: Vec<String>,
+    /// The sessions it held, lost, that went with it (requeued or failed).
+    pub released: Vec<String>,
+}
+
 /// An agent as its sync finds it ([`Store::touch_agent`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heard {
@@ -230,19 +240,13 @@ impl Store {
 
     /// Agents taking part (alive or marked) that have not been heard from since `before`.
     pub async fn silent_agents(&self, before: Timestamp) -> Result<Vec<(String, String)>> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_as(
             "SELECT id, group_name FROM agents WHERE state IN ('alive', 'marked') AND last_seen < $1 \
              ORDER BY id",
         )
         .bind(before.0)
         .fetch_all(&self.read)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let f = Fields::new(r, "agent", "id")?;
-                Ok((f.text("id")?, f.text("group_name")?))
-            })
-            .collect()
+        .await?)
     }
 
     /// The agent asks to take nothing new, as it is about to go: marks it by hand (so no policy
@@ -281,101 +285,142 @@ impl Store {
         Ok(Some(group))
     }
 
-    /// The agent missed its heartbeats: marks it lost and, in the same transaction, puts the
-    /// sessions it held back in the queue (`requeue`) or fails them, freeing what they held.
-    /// Returns the sessions it held; empty if it was not alive or marked.
+    /// The agent is gone for good (its instance disappeared), or missed its heartbeats where
+    /// its sessions go at once: marks it lost (if it took part, or was lost already) and, in
+    /// the same transaction, puts the sessions it held back in the queue (`requeue`) or fails
+    /// them, freeing what they held, with a `lost` event. Returns the sessions it held; empty
+    /// if it was neither alive, marked nor lost.
     pub async fn lose_agent(&self, id: &str, requeue: bool, now: Timestamp) -> Result<Vec<String>> {
         let mut tx = self.write_tx().await?;
-        let row = sqlx::query(
-            "UPDATE agents SET state = 'lost', allocated = '', idle_since = $2 \
+        let group: Option<String> = sqlx::query_scalar(
+            "UPDATE agents SET state = 'lost', allocated = '', \
+             idle_since = CASE WHEN state = 'lost' THEN idle_since ELSE $2 END \
+             WHERE id = $1 AND state IN ('alive', 'marked', 'lost') RETURNING group_name",
+        )
+        .bind(id)
+        .bind(now.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(group) = group else {
+            return Ok(Vec::new());
+        };
+        let held = release_held(&mut tx, id, &group, requeue, now).await?;
+        let fate = if requeue { "requeued" } else { "failed" };
+        let message = format!(
+            "agent {id} missed its heartbeats; {} session(s) {fate}",
+            held.len()
+        );
+        insert_event(
+            &mut tx,
+            &NewEvent::of_agent(now, &group, id, "lost", message),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(held)
+    }
+
+    /// The agent missed its heartbeats, and the sessions it holds stay with it for now (they
+    /// may still run there): marks it lost, so that nothing new lands on it, with a `lost`
+    /// event saying what becomes of them (`fate`), in one transaction. Returns how many it
+    /// holds; `None` if it was not alive or marked.
+    pub async fn mark_agent_lost(
+        &self,
+        id: &str,
+        now: Timestamp,
+        fate: &str,
+    ) -> Result<Option<usize>> {
+        let mut tx = self.write_tx().await?;
+        let group: Option<String> = sqlx::query_scalar(
+            "UPDATE agents SET state = 'lost', idle_since = $2 \
              WHERE id = $1 AND state IN ('alive', 'marked') RETURNING group_name",
         )
         .bind(id)
         .bind(now.0)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some(row) = row else {
-            return Ok(Vec::new());
+        let Some(group) = group else {
+            return Ok(None);
         };
-        let group = Fields::new(&row, "agent", "group_name")?.text("group_name")?;
-        let held: Vec<String> = sqlx::query(
-            "SELECT id FROM sessions WHERE agent = $1 AND state IN ('scheduled', 'running') ORDER BY id",
+        let held: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM sessions WHERE agent = $1 AND state IN ('scheduled', 'running')",
         )
         .bind(id)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|r| Fields::new(r, "session", "id").and_then(|f| f.text("id")))
-        .collect::<Result<_>>()?;
-        let (state, reason) = if requeue {
-            (
-                SessionState::Pending,
-                format!("requeued: agent {id} was lost"),
-            )
-        } else {
-            (SessionState::Failed, format!("agent {id} was lost"))
+        .fetch_one(&mut *tx)
+        .await?;
+        let message = format!("agent {id} missed its heartbeats; {held} session(s) {fate}");
+        insert_event(
+            &mut tx,
+            &NewEvent::of_agent(now, &group, id, "lost", message),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(usize::try_from(held).unwrap_or(0)))
+    }
+
+    /// Lost agents not heard from since `before` that still hold sessions, with their groups.
+    pub async fn lost_agents_holding(&self, before: Timestamp) -> Result<Vec<(String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT id, group_name FROM agents a WHERE state = 'lost' AND last_seen < $1 \
+             AND EXISTS (SELECT 1 FROM sessions s WHERE s.agent = a.id \
+                 AND s.state IN ('scheduled', 'running')) \
+             ORDER BY id",
+        )
+        .bind(before.0)
+        .fetch_all(&self.read)
+        .await?)
+    }
+
+    /// The sessions a lost agent (still lost, and not heard from since `before`) holds leave it:
+    /// back in the queue (`requeue`) or failed, in one transaction. Returns them; empty if the
+    /// agent is back meanwhile.
+    pub async fn release_lost_agent(
+        &self,
+        id: &str,
+        before: Timestamp,
+        requeue: bool,
+        now: Timestamp,
+    ) -> Result<Vec<String>> {
+        let mut tx = self.write_tx().await?;
+        let group: Option<String> = sqlx::query_scalar(
+            "UPDATE agents SET allocated = '' \
+             WHERE id = $1 AND state = 'lost' AND last_seen < $2 RETURNING group_name",
+        )
+        .bind(id)
+        .bind(before.0)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(group) = group else {
+            return Ok(Vec::new());
         };
-        let sql = if requeue {
-            "UPDATE sessions SET state = 'pending', agent = NULL, allocation = NULL, devices = '[]', \
-             wait_reason = NULL, blocked_passes = 0, updated_at = $2 \
-             WHERE agent = $1 AND state IN ('scheduled', 'running')"
-        } else {
-            "UPDATE sessions SET state = 'failed', end_reason = $3, updated_at = $2 \
-             WHERE agent = $1 AND state IN ('scheduled', 'running')"
-        };
-        sqlx::query(sql)
-            .bind(id)
-            .bind(now.0)
-            .bind(&reason)
-            .execute(&mut *tx)
-            .await?;
-        let history: Vec<_> = held
-            .iter()
-            .map(|s| (s.as_str(), now, state, reason.clone()))
-            .collect();
-        crate::sessions::insert_history_many(&mut tx, &history).await?;
-        let mut events: Vec<NewEvent> = held
-            .iter()
-            .map(|s| NewEvent {
-                at: now,
-                group: Some(group.clone()),
-                session: Some(s.clone()),
-                agent: Some(id.to_string()),
-                kind: if requeue { "requeued" } else { "failed" }.into(),
-                message: reason.clone(),
-            })
-            .collect();
-        events.push(NewEvent {
-            at: now,
-            group: Some(group),
-            session: None,
-            agent: Some(id.to_string()),
-            kind: "lost".into(),
-            message: format!(
-                "agent {id} missed its heartbeats; {} session(s) {}",
-                held.len(),
-                if requeue { "requeued" } else { "failed" }
-            ),
-        });
-        crate::events::insert_events_many(&mut tx, &events).await?;
+        let held = release_held(&mut tx, id, &group, requeue, now).await?;
         tx.commit().await?;
         Ok(held)
     }
 
     /// Removes agent `id` with its tokens (an agent token, an unused bootstrap token made for
     /// it) and an event, in one transaction: a lost or terminated agent, or any that runs no
-    /// session. Returns its group and the revoked tokens' hashes. `NotFound` if there is no such
-    /// agent, `Refused` naming the sessions it runs.
-    pub async fn remove_agent(&self, id: &str, now: Timestamp) -> Result<(String, Vec<String>)> {
+    /// session. The sessions a lost agent still holds (its group keeps them while it may come
+    /// back) are gone with it: back in the queue (`requeue`, its group's `on_agent_lost`) or
+    /// failed. `NotFound` if there is no such agent, `Refused` naming the sessions a taking
+    /// part agent runs.
+    pub async fn remove_agent(&self, id: &str, requeue: bool, now: Timestamp) -> Result<Removed> {
         let mut tx = self.write_tx().await?;
         let row = sqlx::query(self.locking(crate::locked!(
-            "SELECT group_name FROM agents WHERE id = $1"
+            "SELECT group_name, state FROM agents WHERE id = $1"
         )))
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| StoreError::not_found("agent", id))?;
-        let group = Fields::new(&row, "agent", "group_name")?.text("group_name")?;
+        let f = Fields::new(&row, "agent", "group_name")?;
+        let group = f.text("group_name")?;
+        let state: AgentState = f.name("state")?;
+        let released = match state {
+            AgentState::Lost | AgentState::Terminated => {
+                release_held(&mut tx, id, &group, requeue, now).await?
+            }
+            AgentState::Alive | AgentState::Marked => Vec::new(),
+        };
         let running: Vec<String> = sqlx::query_scalar(
             "SELECT id FROM sessions WHERE agent = $1 AND state IN ('scheduled', 'running') \
              ORDER BY id LIMIT 11",
@@ -415,12 +460,75 @@ impl Store {
         };
         insert_event(&mut tx, &event).await?;
         tx.commit().await?;
-        Ok((group, revoked))
+        Ok(Removed {
+            group,
+            revoked,
+            released,
+        })
     }
 }
 
 /// An agent's devices as stored: what it has, not what is allocated (a snapshot adds that up
 /// from the sessions' grants).
+/// The sessions agent `id` holds (scheduled or running) leave it, in `tx`: back in the queue
+/// (`requeue`) or failed, each with its history row and event. Returns them.
+async fn release_held(
+    tx: &mut Tx,
+    id: &str,
+    group: &str,
+    requeue: bool,
+    now: Timestamp,
+) -> Result<Vec<String>> {
+    let held: Vec<String> = sqlx::query_scalar(
+        "SELECT id FROM sessions WHERE agent = $1 AND state IN ('scheduled', 'running') ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?;
+    let (state, reason) = if requeue {
+        (
+            SessionState::Pending,
+            format!("requeued: agent {id} was lost"),
+        )
+    } else {
+        (SessionState::Failed, format!("agent {id} was lost"))
+    };
+    let sql = if requeue {
+        "UPDATE sessions SET state = 'pending', agent = NULL, allocation = NULL, devices = '[]', \
+         wait_reason = NULL, blocked_passes = 0, updated_at = $2 \
+         WHERE agent = $1 AND state IN ('scheduled', 'running')"
+    } else {
+        "UPDATE sessions SET state = 'failed', end_reason = $3, updated_at = $2 \
+         WHERE agent = $1 AND state IN ('scheduled', 'running')"
+    };
+    sqlx::query(sql)
+        .bind(id)
+        .bind(now.0)
+        .bind(&reason)
+        .execute(&mut **tx)
+        .await?;
+    let history: Vec<_> = held
+        .iter()
+        .map(|s| (s.as_str(), now, state, reason.clone()))
+        .collect();
+    crate::sessions::insert_history_many(tx, &history).await?;
+    let events: Vec<NewEvent> = held
+        .iter()
+        .map(|s| NewEvent {
+            session: Some(s.clone()),
+            ..NewEvent::of_agent(
+                now,
+                group,
+                id,
+                if requeue { "requeued" } else { "failed" },
+                reason.clone(),
+            )
+        })
+        .collect();
+    crate::events::insert_events_many(tx, &events).await?;
+    Ok(held)
+}
+
 fn reported_devices(devices: &[corral_core::Device]) -> Vec<corral_core::Device> {
     devices
         .iter()

@@ -47,7 +47,7 @@ use sqlx::{Any, AnyPool, AssertSqlSafe, Connection, Executor, SqlSafeStr, Transa
 
 pub use agent_builds::UpdateStanding;
 pub use agent_keys::Standing;
-pub use agents::Heard;
+pub use agents::{Heard, Removed};
 pub use apply::Applied;
 pub use batch::BatchJobRecord;
 pub use cycle::MAX_PENDING_PER_PASS;

@@ -435,12 +435,37 @@ impl Store {
         now: Timestamp,
         reason: &str,
     ) -> Result<()> {
+        self.requeue_from(id, agent, &[SessionState::Scheduled], now, reason)
+            .await
+    }
+
+    /// A session agent `agent` held (scheduled or running) and stopped goes back to the queue,
+    /// as [`Store::requeue_session`] does; `Conflict` if it is no longer held there.
+    pub async fn requeue_held_session(
+        &self,
+        id: &str,
+        agent: &str,
+        now: Timestamp,
+        reason: &str,
+    ) -> Result<()> {
+        let held = [SessionState::Scheduled, SessionState::Running];
+        self.requeue_from(id, agent, &held, now, reason).await
+    }
+
+    async fn requeue_from(
+        &self,
+        id: &str,
+        agent: &str,
+        from: &[SessionState],
+        now: Timestamp,
+        reason: &str,
+    ) -> Result<()> {
         let mut tx = self.write_tx().await?;
         let record = fetch_record(&mut tx, id, true, self)
             .await?
             .ok_or_else(|| StoreError::not_found("session", id))?;
         let on_agent = record.session.agent.as_ref().is_some_and(|a| a.0 == agent);
-        if record.session.state != SessionState::Scheduled || !on_agent {
+        if !from.contains(&record.session.state) || !on_agent {
             return Err(StoreError::conflict("session", id));
         }
         sqlx::query(

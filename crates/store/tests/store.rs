@@ -1511,16 +1511,16 @@ on_both!(
         s.apply("g", &snap, &placed, t(3)).await.unwrap();
 
         // While it runs a session it stays, and the refusal names the session.
-        match s.remove_agent("a1", t(4)).await {
+        match s.remove_agent("a1", true, t(4)).await {
             Err(StoreError::Refused(why)) => assert!(why.contains("s1"), "{why}"),
             other => panic!("{other:?}"),
         }
         assert!(s.get_agent("a1").await.unwrap().is_some());
         s.cancel_session("s1", t(5), "x").await.unwrap();
-        let (group, revoked) = s.remove_agent("a1", t(6)).await.unwrap();
+        let removed = s.remove_agent("a1", true, t(6)).await.unwrap();
         assert_eq!(
-            (group.as_str(), revoked),
-            ("g", vec!["hash-agent".to_string()])
+            (removed.group.as_str(), removed.revoked, removed.released),
+            ("g", vec!["hash-agent".to_string()], vec![])
         );
         assert!(s.get_agent("a1").await.unwrap().is_none());
         let left: Vec<String> = s
@@ -1539,7 +1539,7 @@ on_both!(
             .any(|e| e.kind == "removed" && e.agent.as_deref() == Some("a1"));
         assert!(removed);
         assert!(matches!(
-            s.remove_agent("a1", t(7)).await,
+            s.remove_agent("a1", true, t(7)).await,
             Err(StoreError::NotFound { .. })
         ));
         // With its agent gone and its session ended, the group can go.
@@ -2012,10 +2012,110 @@ on_both!(agent_images_are_replaced_per_agent_and_go_with_it, |db| {
         [("r/x:1".into(), "a1".into()), ("r/x:1".into(), "a2".into())]
     );
     // A removed agent holds nothing any more.
-    s.remove_agent("a2", t(5)).await.unwrap();
+    s.remove_agent("a2", true, t(5)).await.unwrap();
     let x = s.image_holdings("r/x:1").await.unwrap();
     assert_eq!(
         x.iter().map(|h| h.agent.as_str()).collect::<Vec<_>>(),
         ["a1"]
     );
 });
+
+on_both!(
+    a_lost_agent_keeps_its_sessions_until_they_are_released_or_it_is_removed,
+    |db| {
+        let s = &db.store;
+        populate(
+            s,
+            "g",
+            &[agent("a1", "g", "cpu=4"), agent("a2", "g", "cpu=4")],
+            &[
+                session("s1", "g", "alice", "cpu=1", 1),
+                session("s2", "g", "alice", "cpu=1", 2),
+            ],
+        )
+        .await;
+        let snap = s.snapshot("g", t(3)).await.unwrap();
+        let placed = Decisions {
+            placements: vec![place("s1", "a1", "cpu=1"), place("s2", "a2", "cpu=1")],
+            ..Default::default()
+        };
+        s.apply("g", &snap, &placed, t(3)).await.unwrap();
+        s.touch_agent("a1", t(10)).await.unwrap();
+        s.touch_agent("a2", t(10)).await.unwrap();
+
+        // Lost: nothing new lands on it, and its session stays, holding what it held.
+        assert_eq!(
+            s.mark_agent_lost("a1", t(40), "stay with it")
+                .await
+                .unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            s.mark_agent_lost("a1", t(41), "stay with it")
+                .await
+                .unwrap(),
+            None,
+            "once"
+        );
+        let a1 = s.get_agent("a1").await.unwrap().unwrap();
+        assert_eq!(a1.state, AgentState::Lost);
+        assert_eq!(a1.allocated, slots("cpu=1"));
+        let s1 = s.get_session("s1").await.unwrap().unwrap();
+        assert_eq!(
+            (s1.session.state, s1.session.agent.map(|a| a.0)),
+            (SessionState::Scheduled, Some("a1".to_string()))
+        );
+        let lost = s
+            .list_events(&EventFilter::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|e| e.kind == "lost")
+            .unwrap();
+        assert_eq!(
+            lost.message,
+            "agent a1 missed its heartbeats; 1 session(s) stay with it"
+        );
+
+        // Released only when not heard from since the cut-off, and lost.
+        assert!(s.lost_agents_holding(t(10)).await.unwrap().is_empty());
+        assert_eq!(
+            s.lost_agents_holding(t(11)).await.unwrap(),
+            vec![("a1".to_string(), "g".to_string())]
+        );
+        assert!(s
+            .release_lost_agent("a1", t(10), true, t(50))
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            s.release_lost_agent("a1", t(11), true, t(50))
+                .await
+                .unwrap(),
+            ["s1"]
+        );
+        let s1 = s.get_session("s1").await.unwrap().unwrap();
+        assert_eq!(s1.session.state, SessionState::Pending);
+        assert!(s1
+            .history
+            .last()
+            .unwrap()
+            .reason
+            .contains("requeued: agent a1 was lost"));
+        assert_eq!(
+            s.get_agent("a1").await.unwrap().unwrap().allocated,
+            Slots::new()
+        );
+        assert!(s.lost_agents_holding(t(11)).await.unwrap().is_empty());
+
+        // A lost agent removed by hand takes what it still held with it: failed here.
+        s.mark_agent_lost("a2", t(40), "stay with it")
+            .await
+            .unwrap();
+        let removed = s.remove_agent("a2", false, t(60)).await.unwrap();
+        assert_eq!(removed.released, ["s2"]);
+        let s2 = s.get_session("s2").await.unwrap().unwrap();
+        assert_eq!(s2.session.state, SessionState::Failed);
+        assert_eq!(s2.end_reason.as_deref(), Some("agent a2 was lost"));
+    }
+);

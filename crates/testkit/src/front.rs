@@ -1,18 +1,31 @@
 //! A TCP front for several managers, as the load balancer before them would be in production:
 //! each connection goes to the next backend, in turn, that accepts it; a backend that is down
 //! is skipped. Agents and clients given its address keep working while any manager does.
+//!
+//! It also stands in for a network partition: [`Front::cut`] ends the connections through it
+//! and holds new ones without an answer (as a path that drops every packet would) until
+//! [`Front::mend`].
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
 /// Listens on a free loopback port until dropped.
 pub struct Front {
     addr: SocketAddr,
-    stopped: Arc<AtomicBool>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    stopped: AtomicBool,
+    cut: AtomicBool,
+    /// The connections forwarded now, by number: a cut ends them.
+    open: Mutex<HashMap<usize, TcpStream>>,
 }
 
 impl Front {
@@ -20,51 +33,88 @@ impl Front {
     pub fn start(backends: Vec<SocketAddr>) -> std::io::Result<Front> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
-        let stopped = Arc::new(AtomicBool::new(false));
-        let stop = stopped.clone();
+        let shared = Arc::new(Shared::default());
+        let accepting = shared.clone();
         let next = Arc::new(AtomicUsize::new(0));
         thread::spawn(move || {
             for client in listener.incoming() {
-                if stop.load(Ordering::SeqCst) {
+                if accepting.stopped.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(client) = client else { continue };
-                let start = next.fetch_add(1, Ordering::SeqCst);
+                let n = next.fetch_add(1, Ordering::SeqCst);
                 let backends = backends.clone();
-                thread::spawn(move || forward(client, &backends, start));
+                let shared = accepting.clone();
+                thread::spawn(move || forward(client, &backends, n, &shared));
             }
         });
-        Ok(Front { addr, stopped })
+        Ok(Front { addr, shared })
     }
 
     /// `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    /// Partitions the clients from the backends: the connections through the front end, and
+    /// new ones are held unanswered until [`Front::mend`].
+    pub fn cut(&self) {
+        self.shared.cut.store(true, Ordering::SeqCst);
+        let open: Vec<TcpStream> = lock(&self.shared.open).drain().map(|(_, s)| s).collect();
+        for stream in open {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Ends the partition: held connections are closed (their clients try again) and new
+    /// ones are forwarded.
+    pub fn mend(&self) {
+        self.shared.cut.store(false, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Front {
     fn drop(&mut self) {
-        self.stopped.store(true, Ordering::SeqCst);
+        self.shared.stopped.store(true, Ordering::SeqCst);
+        self.shared.cut.store(false, Ordering::SeqCst);
         // Wakes the accept loop so that it sees the flag.
         let _ = TcpStream::connect(self.addr);
     }
 }
 
-fn forward(client: TcpStream, backends: &[SocketAddr], start: usize) {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn forward(client: TcpStream, backends: &[SocketAddr], n: usize, shared: &Shared) {
+    if shared.cut.load(Ordering::SeqCst) {
+        // Nothing goes through; the client waits as it would on a dead path.
+        while shared.cut.load(Ordering::SeqCst) {
+            thread::sleep(Duration::from_millis(20));
+        }
+        return;
+    }
     let backend = (0..backends.len()).find_map(|i| {
-        let addr = backends[(start + i) % backends.len()];
+        let addr = backends[(n + i) % backends.len()];
         TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()
     });
     let Some(backend) = backend else {
         return;
     };
-    let (Ok(client_read), Ok(backend_write)) = (client.try_clone(), backend.try_clone()) else {
+    let (Ok(client_read), Ok(backend_write), Ok(kept)) =
+        (client.try_clone(), backend.try_clone(), client.try_clone())
+    else {
         return;
     };
+    lock(&shared.open).insert(n, kept);
+    // Cut between the look above and now: it did not see this one.
+    if shared.cut.load(Ordering::SeqCst) {
+        let _ = client.shutdown(Shutdown::Both);
+    }
     let up = thread::spawn(move || pipe(client_read, backend_write));
     pipe(backend, client);
     let _ = up.join();
+    lock(&shared.open).remove(&n);
 }
 
 /// Copies until either side ends, then ends both directions of `to`.

@@ -228,7 +228,7 @@ async fn set_mark(app: App, caller: Caller, id: String, marked: bool) -> Result<
 #[utoipa::path(
     delete,
     path = "/api/v1/agents/{id}",
-    summary = "Remove an agent with its tokens (a lost or terminated one, or any that runs no session); 409 naming the sessions it runs (admin)",
+    summary = "Remove an agent with its tokens (a lost or terminated one, whose sessions are requeued or failed as its group's on_agent_lost says, or any that runs no session); 409 naming the sessions it runs (admin)",
     params(("id" = Name, Path, description = "the agent")),
     responses(
         (status = 204, description = "removed"),
@@ -246,10 +246,21 @@ pub(super) async fn remove_agent(
 ) -> Result<StatusCode> {
     caller.require_admin()?;
     check_name("id", &id)?;
-    let (group, revoked) = app.store.remove_agent(&id, now()).await?;
-    for hash in &revoked {
+    // A lost agent removed is gone for good: what it still held follows its group's policy.
+    let group = app.store.get_agent(&id).await?.map(|a| a.group);
+    let policy = match &group {
+        Some(group) => app.policies.policy(&app.store, group).await?,
+        None => None,
+    };
+    let requeue = policy.is_none_or(|p| p.on_agent_lost == corral_core::OnAgentLost::Requeue);
+    let removed = app.store.remove_agent(&id, requeue, now()).await?;
+    for hash in &removed.revoked {
         app.tokens.forget(hash);
     }
+    app.control
+        .sessions
+        .bump_each(removed.released.iter().map(String::as_str));
+    let group = removed.group;
     app.control.wake(&group);
     app.control.wake_agent(&id);
     Ok(StatusCode::NO_CONTENT)

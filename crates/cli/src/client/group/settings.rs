@@ -71,6 +71,14 @@ pub struct Settings {
     /// How often agents ask the registry about each image they hold (default 300).
     #[arg(long, value_name = "SECS")]
     image_update_interval_secs: Option<u64>,
+    /// What becomes of a lost agent's sessions: back in the queue, or failed.
+    #[arg(long, value_enum)]
+    on_agent_lost: Option<OnAgentLost>,
+    /// Whether an agent cut off from the manager for --lost-after-secs stops its sessions
+    /// (they are then given to other agents, never running twice at once) or keeps them
+    /// running (they stay its own until it is back or gone for good).
+    #[arg(long, value_enum)]
+    on_disconnect: Option<OnDisconnect>,
 }
 
 /// `fields[key]`, made an object if it is not one.
@@ -96,6 +104,22 @@ enum PolicyKind {
     Fixed,
     /// Launches for unmet demand and headroom, scales in idle agents.
     Demand,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OnAgentLost {
+    /// Back in the queue, to run elsewhere.
+    Requeue,
+    /// Failed, with the reason.
+    Fail,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OnDisconnect {
+    /// The agent stops them.
+    Stop,
+    /// They run on.
+    Keep,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -146,6 +170,16 @@ impl Settings {
         set(policy, "cooldown_secs", self.cooldown_secs.map(Value::from));
         set(policy, "batch_idle_ms", self.batch_idle_ms.map(Value::from));
         set(policy, "batch_max_ms", self.batch_max_ms.map(Value::from));
+        set(
+            policy,
+            "on_agent_lost",
+            self.on_agent_lost.map(|o| api_name(&o).into()),
+        );
+        set(
+            policy,
+            "on_disconnect",
+            self.on_disconnect.map(|o| api_name(&o).into()),
+        );
         set(
             scheduler,
             "sequencer",
@@ -261,7 +295,7 @@ pub(super) fn policy_patch(
         }
     }
     if patch.is_empty() {
-        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit, --agent-update, --agent-update-target, --agent-update-idle-secs, --image-update, --image-update-interval-secs or --file");
+        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit, --agent-update, --agent-update-target, --agent-update-idle-secs, --image-update, --image-update-interval-secs, --on-agent-lost, --on-disconnect or --file");
     }
     Ok(Value::Object(patch))
 }

@@ -59,6 +59,8 @@ pub(super) fn print_group(view: &GroupView) {
             format!("{}ms idle, {}ms at most", p.batch_idle_ms, p.batch_max_ms),
         ),
         ("launches/pass", p.max_launches_per_pass.to_string()),
+        ("on disconnect", word(&p.on_disconnect)),
+        ("on agent lost", word(&p.on_agent_lost)),
         (
             "external agents",
             if p.external.enabled {
