@@ -106,6 +106,19 @@ pub enum Target {
         #[arg(long, default_value = "../shared/data/hpc2n.swf")]
         hpc2n: std::path::PathBuf,
     },
+    /// High availability: three managers on one PostgreSQL database, the owner of a group
+    /// SIGKILLed; the time until the group places a session again (the new owner's first pass).
+    Ha {
+        /// The PostgreSQL database the managers share (postgres://...).
+        #[arg(long, env = "CORRAL_BENCH_DATABASE_URL")]
+        database_url: Option<String>,
+        /// The managers' --lease-secs.
+        #[arg(long, default_value_t = 5)]
+        lease_secs: u64,
+        /// Runs, each with three fresh managers; the median and the longest are reported.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
     /// Batch systems: jobs submitted per second through the API to the real Slurm on this host,
     /// and the time of one poll of all their states (`.ci/slurm.sh` starts a Slurm).
     Batch {
@@ -162,6 +175,18 @@ pub fn run(target: Target) -> Result<()> {
             runtime.block_on(crate::bench_scale::run(sessions.max(1), concurrency.max(1)))
         }
         Target::Run { runs } => crate::bench_run::run(runs.max(1)),
+        Target::Ha {
+            database_url,
+            lease_secs,
+            runs,
+        } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(crate::bench_ha::run(
+                database_url,
+                lease_secs.max(1),
+                runs.max(1),
+            ))
+        }
         Target::Ui {
             database_url,
             sessions,

@@ -4,6 +4,7 @@ mod bench;
 mod bench_agent;
 mod bench_api;
 mod bench_batch;
+mod bench_ha;
 mod bench_run;
 mod bench_scale;
 mod bench_sim;

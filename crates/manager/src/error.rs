@@ -67,6 +67,9 @@ impl ApiError {
     }
 }
 
+/// What a 503 of an unavailable store tells clients to wait (`Retry-After`).
+const STORE_RETRY_SECS: u64 = 2;
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match &e {
@@ -75,6 +78,16 @@ impl From<StoreError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
             }
             StoreError::Refused(_) => ApiError::new(StatusCode::CONFLICT, "refused", e.to_string()),
+            // Nothing was written: the same request may go through in a moment.
+            _ if e.is_unavailable() => {
+                tracing::warn!(error = %e, "the store is unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    format!("the database is unavailable ({e}); try again in {STORE_RETRY_SECS} s"),
+                )
+                .with_details(json!({"retry_after_secs": STORE_RETRY_SECS}))
+            }
             _ => {
                 tracing::error!(error = %e, "store failure");
                 ApiError::new(
@@ -88,7 +101,9 @@ impl From<StoreError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
+    /// The body; a `retry_after_secs` in the details is also the `Retry-After` header.
     fn into_response(self) -> Response {
+        let retry_after = self.details.get("retry_after_secs").and_then(Value::as_u64);
         let body = ErrorBody {
             error: ErrorDetail {
                 code: Some(self.code.to_string()),
@@ -96,6 +111,12 @@ impl IntoResponse for ApiError {
                 details: Some(self.details),
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        response
     }
 }

@@ -75,3 +75,31 @@ impl StoreError {
         }
     }
 }
+
+impl StoreError {
+    /// The database cannot be reached now, or is shutting down or starting (a restart, a cut
+    /// connection, no connection free in time), or SQLite's file stayed locked past the busy
+    /// timeout: nothing was written, and the same call may go through in a moment.
+    pub fn is_unavailable(&self) -> bool {
+        let StoreError::Database(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                match code.len() {
+                    // PostgreSQL's SQLSTATE: connection exceptions (08), the server shutting
+                    // down or starting (57P01-57P03), too many connections (53300).
+                    5 => code.starts_with("08") || code.starts_with("57P") || code == "53300",
+                    // SQLite's (extended) result code: BUSY or LOCKED.
+                    _ => code.parse::<u32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6)),
+                }
+            }),
+            _ => false,
+        }
+    }
+}

@@ -288,7 +288,9 @@ impl Store {
     async fn open_postgres(url: &str) -> Result<Store> {
         let pool = with_clean_release(AnyPoolOptions::new(), false)
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(30))
+            // A database that is down fails a call after this (503 at the API), rather than
+            // holding it for long.
+            .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await?;
         Ok(Store {
