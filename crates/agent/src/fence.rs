@@ -7,6 +7,13 @@
 //! What the manager last said (`lost_after`, the grace, the group's `on_disconnect`) is kept in
 //! `<work_root>/fence.json`, so that an agent restarted while cut off still fences the sessions
 //! it re-adopts.
+//!
+//! The agent's own watch cannot run while the agent is frozen (SIGSTOP, a hung call) and its
+//! sessions run on: a guard process beside it ([`crate::guard`]) stops them then. After each sync
+//! that went through the agent writes the deadline (`<work_root>/fence.deadline`, on
+//! CLOCK_BOOTTIME, which both processes read alike and which counts a suspended machine's sleep);
+//! the guard stops every session once it has passed, and marks each (`<work_root>/<id>/fenced`)
+//! so that the agent reports it `disconnected` when it wakes.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -17,6 +24,8 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 const FILE: &str = "fence.json";
+const DEADLINE_FILE: &str = "fence.deadline";
+const MARK_FILE: &str = "fenced";
 
 /// What the manager said about disconnections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +89,74 @@ fn path(work_root: &Path) -> PathBuf {
     work_root.join(FILE)
 }
 
+/// When the guard is to stop the sessions, and the grace they get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadline {
+    /// CLOCK_BOOTTIME, in milliseconds.
+    pub at_ms: u64,
+    pub grace_secs: u64,
+}
+
+impl Deadline {
+    /// The deadline of a sync that went through, started at `started_ms` (CLOCK_BOOTTIME) under
+    /// `rules`; `None` when the group keeps its sessions.
+    pub fn after(started_ms: u64, rules: Option<Rules>) -> Option<Deadline> {
+        let rules = rules.filter(|r| r.on_disconnect == OnDisconnect::Stop)?;
+        Some(Deadline {
+            at_ms: started_ms.saturating_add(rules.lost_after_secs.saturating_mul(1000)),
+            grace_secs: rules.grace_secs,
+        })
+    }
+}
+
+/// Milliseconds of CLOCK_BOOTTIME: since boot, the time suspended included, the same in every
+/// process of the machine.
+pub fn boottime_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the struct we own; CLOCK_BOOTTIME exists on Linux.
+    let done = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    assert_eq!(done, 0, "clock_gettime(CLOCK_BOOTTIME) failed");
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1_000_000
+}
+
+/// Writes the guard's deadline, or takes it away (`None`: nothing to stop).
+pub fn arm(work_root: &Path, deadline: Option<Deadline>) -> io::Result<()> {
+    let path = work_root.join(DEADLINE_FILE);
+    match deadline {
+        Some(d) => {
+            let bytes = serde_json::to_vec(&d).map_err(io::Error::other)?;
+            corral_runtime::write_atomic(&path, &bytes)
+        }
+        None => match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// The deadline the agent last wrote, if any.
+pub fn deadline(work_root: &Path) -> Option<Deadline> {
+    let bytes = std::fs::read(work_root.join(DEADLINE_FILE)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The guard stopped session `id` (its directory exists: the session runs), for `why`.
+pub fn mark(work_root: &Path, id: &str, why: &str) -> io::Result<()> {
+    std::fs::write(work_root.join(id).join(MARK_FILE), why)
+}
+
+/// Why the guard stopped session `id`, if it did; the mark goes.
+pub fn take_mark(work_root: &Path, id: &str) -> Option<String> {
+    let path = work_root.join(id).join(MARK_FILE);
+    let why = std::fs::read_to_string(&path).ok()?;
+    let _ = std::fs::remove_file(&path);
+    Some(why)
+}
+
 /// Keeps the rules for a restart.
 pub fn save(work_root: &Path, rules: &Rules) -> io::Result<()> {
     let bytes = serde_json::to_vec(rules).map_err(io::Error::other)?;
@@ -129,6 +206,36 @@ mod tests {
             "a change is to be kept"
         );
         assert_eq!(f.due(t0 + s(100)), None, "keep: never");
+    }
+
+    #[test]
+    fn the_guards_deadline_is_lost_after_past_the_syncs_start_in_stop_groups_only() {
+        let root = tempfile::tempdir().unwrap();
+        let stop = Deadline::after(5_000, Some(rules(OnDisconnect::Stop)));
+        assert_eq!(
+            stop,
+            Some(Deadline {
+                at_ms: 8_000,
+                grace_secs: 1
+            })
+        );
+        assert_eq!(
+            Deadline::after(5_000, Some(rules(OnDisconnect::Keep))),
+            None
+        );
+        assert_eq!(Deadline::after(5_000, None), None);
+        arm(root.path(), stop).unwrap();
+        assert_eq!(deadline(root.path()), stop);
+        arm(root.path(), None).unwrap();
+        assert_eq!(deadline(root.path()), None);
+        arm(root.path(), None).unwrap();
+        let before = boottime_ms();
+        assert!(boottime_ms() >= before);
+        std::fs::create_dir(root.path().join("s1")).unwrap();
+        assert_eq!(take_mark(root.path(), "s1"), None);
+        mark(root.path(), "s1", "cut off").unwrap();
+        assert_eq!(take_mark(root.path(), "s1").as_deref(), Some("cut off"));
+        assert_eq!(take_mark(root.path(), "s1"), None, "taken once");
     }
 
     #[test]

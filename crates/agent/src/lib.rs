@@ -10,6 +10,7 @@ use std::time::Duration;
 mod admit;
 mod checkpoint;
 mod fence;
+pub mod guard;
 mod images;
 pub mod metadata;
 pub mod update;
@@ -280,6 +281,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         // bootstrap token is spent; the bootstrap token is the fallback.
         let own = lock(&agent.token).clone();
         let started = tokio::time::Instant::now();
+        let started_boot = fence::boottime_ms();
         let attempt = match &config.key {
             // The manager takes an external agent's joins by its key only.
             Some(key) => agent.client.join_with_key(key, &join).await,
@@ -318,6 +320,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             fence.heard(rules, started).then_some(rules)
         };
         keep_fence_rules(config, rules);
+        arm_guard(&agent, started_boot);
         join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
         let heartbeat = Duration::from_secs(joined.heartbeat_secs.max(1));
         let mut sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
@@ -365,6 +368,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 }
             };
             let started = tokio::time::Instant::now();
+            let started_boot = fence::boottime_ms();
             let bounded = tokio::time::timeout(
                 Duration::from_secs(request.wait_secs) + SYNC_SLACK,
                 as_agent.sync(&config.id, &request),
@@ -390,6 +394,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 Ok(resp) => {
                     let rules = lock(&agent.fence).synced(resp.on_disconnect, started);
                     keep_fence_rules(config, rules);
+                    arm_guard(&agent, started_boot);
                     agent.images.set_policy(resp.images.clone());
                     sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
                     rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
@@ -461,6 +466,16 @@ fn keep_fence_rules(config: &Config, rules: Option<fence::Rules>) {
         if let Err(e) = fence::save(&config.work_root, &rules) {
             tracing::warn!(error = %e, "could not keep the fence rules for a restart");
         }
+    }
+}
+
+/// Moves the guard's deadline on after a join or sync that went through, started at
+/// `started_ms` (CLOCK_BOOTTIME).
+fn arm_guard(agent: &Agent, started_ms: u64) {
+    let rules = lock(&agent.fence).rules();
+    let deadline = fence::Deadline::after(started_ms, rules);
+    if let Err(e) = fence::arm(&agent.config.work_root, deadline) {
+        tracing::warn!(error = %e, "could not write the guard's deadline");
     }
 }
 
@@ -682,7 +697,9 @@ fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
         let exit = agent.runtime.wait(&a.id).await;
         // Stopped by the agent itself, cut off: it runs again elsewhere (or fails), and the
         // manager cannot be reached; what it left is not its result.
-        if let Some(why) = lock(&agent.fenced).remove(&a.id) {
+        let fenced = lock(&agent.fenced).remove(&a.id);
+        let guarded = fence::take_mark(&agent.config.work_root, &a.id);
+        if let Some(why) = fenced.or(guarded) {
             lock(&agent.running).remove(&a.id);
             lock(&agent.ended.reports).push(SessionReport {
                 id: a.id.clone(),

@@ -1,7 +1,8 @@
 //! The long-running commands besides `server`: `corral agent` (without a subcommand) runs the
 //! agent daemon, and `corral dev` runs a manager and an agent together for one machine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -210,12 +211,83 @@ pub fn run_agent(
         resume_token: RESUME_TOKEN.get().cloned(),
     };
     crate::init_logs(args.log_format);
+    std::fs::create_dir_all(&config.work_root)
+        .with_context(|| format!("--work-dir {}", config.work_root.display()))?;
+    start_guard(&config.work_root, args.runtime, &config.id);
     rt.block_on(async {
         let runtime = runtime_of(args.runtime, &config.id).await?;
         corral_agent::run(config, runtime, crate::stop_signal())
             .await
             .map_err(anyhow::Error::from)
     })
+}
+
+/// `corral agent-guard`: what the agent tells its guard.
+#[derive(Args)]
+pub struct GuardArgs {
+    /// The agent's work directory.
+    #[arg(long)]
+    pub work_dir: PathBuf,
+    #[arg(long, value_enum, default_value_t)]
+    pub runtime: RuntimeKind,
+    /// The agent's id (the Docker runtime finds its containers by it).
+    #[arg(long)]
+    pub agent_id: String,
+    /// The agent's process: the guard ends once it is gone and nothing is left to stop.
+    #[arg(long)]
+    pub agent_pid: u32,
+}
+
+/// Runs the agent's guard until it is no longer needed.
+pub fn run_guard(args: GuardArgs) -> Result<()> {
+    crate::init_logs(crate::LogFormat::Text);
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let runtime = runtime_of(args.runtime, &args.agent_id).await?;
+        corral_agent::guard::run(&args.work_dir, runtime, args.agent_pid)
+            .await
+            .with_context(|| format!("the guard of {}", args.work_dir.display()))
+    })
+}
+
+/// Starts the agent's guard beside it, in a process group of its own (a Ctrl-C to the agent
+/// leaves it, as it leaves the sessions); without one, only the agent's own watch fences its
+/// sessions, which a frozen agent cannot. It logs to `<work dir>/guard.log`, not to the agent's
+/// standard error, which it would otherwise hold open past the agent's end.
+fn start_guard(work_dir: &Path, runtime: RuntimeKind, agent_id: &str) {
+    use std::os::unix::process::CommandExt;
+    let kind = runtime
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(work_dir.join("guard.log"));
+    let started = log
+        .and_then(|log| Ok((std::env::current_exe()?, log)))
+        .and_then(|(exe, log)| {
+            Command::new(exe)
+                .arg("agent-guard")
+                .arg("--work-dir")
+                .arg(work_dir)
+                .args(["--runtime", &kind, "--agent-id", agent_id])
+                .args(["--agent-pid", &std::process::id().to_string()])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .process_group(0)
+                .spawn()
+        });
+    match started {
+        // Reaped when it ends, so that it leaves no zombie.
+        Ok(mut guard) => {
+            std::thread::spawn(move || guard.wait());
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not start the agent's guard: a frozen agent's sessions are not stopped")
+        }
+    }
 }
 
 /// The agent's own token, passed on by the agent this one replaced (see [`take_resume_token`]).

@@ -164,6 +164,11 @@ enum Command {
         #[arg(long, value_name = "URL")]
         docker_host: Option<String>,
     },
+    /// The agent's guard, which `corral agent` starts beside itself: it stops the agent's
+    /// sessions once the agent has been cut off from the manager past its deadline, also when
+    /// the agent itself cannot (docs/high-availability.md).
+    #[command(hide = true)]
+    AgentGuard(daemons::GuardArgs),
     #[command(flatten)]
     Client(client::Command),
     /// Run a manager on embedded SQLite and a local agent together (one machine, group "dev"),
@@ -263,6 +268,7 @@ fn is_daemon(command: &Command) -> bool {
         command,
         Command::Server { .. }
             | Command::Dev(_)
+            | Command::AgentGuard(_)
             | Command::Client(client::Command::Agent { command: None, .. })
     )
 }
@@ -403,6 +409,7 @@ fn run(cli: Cli) -> Result<()> {
         }) => daemons::run_agent(daemon, conn.server, conn.token, conn.ca_file),
         Command::Client(command) => client::run(command),
         Command::Dev(args) => daemons::run_dev(args),
+        Command::AgentGuard(args) => daemons::run_guard(args),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "corral", &mut std::io::stdout());
             Ok(())

@@ -74,6 +74,22 @@ fn ticking_on(c: &Cluster, marks: &Path, group: &str, agent: &str, secs: u32) ->
     id
 }
 
+/// a1 is alive again, and the session ends on a2.
+fn back_and_done_elsewhere(c: &Cluster, id: &str) {
+    c.until("a1 is back", || {
+        let agents = c.json(&["agent", "ls", "-o", "json"]);
+        agents
+            .as_array()?
+            .iter()
+            .any(|a| a["id"] == "a1" && a["state"] == "alive")
+            .then_some(())
+    });
+    c.until_for(30, "the session succeeds on a2", || {
+        let s = c.listed(id);
+        (s["state"] == "succeeded" && s["agent"] == "a2").then_some(())
+    });
+}
+
 fn manager_addr(c: &Cluster) -> std::net::SocketAddr {
     format!("127.0.0.1:{}", c.port).parse().unwrap()
 }
@@ -139,18 +155,7 @@ fn a_cut_off_agent_stops_its_session_before_it_runs_again_elsewhere() {
     );
     // Back: it is alive again, told nothing of the session, which ends on a2.
     front.mend();
-    c.until("a1 is back", || {
-        let agents = c.json(&["agent", "ls", "-o", "json"]);
-        agents
-            .as_array()?
-            .iter()
-            .any(|a| a["id"] == "a1" && a["state"] == "alive")
-            .then_some(())
-    });
-    c.until_for(30, "the session succeeds on a2", || {
-        let s = c.listed(&id);
-        (s["state"] == "succeeded" && s["agent"] == "a2").then_some(())
-    });
+    back_and_done_elsewhere(&c, &id);
 }
 
 #[test]
@@ -224,7 +229,8 @@ fn an_agent_back_before_its_sessions_were_released_reports_what_it_stopped() {
     c.until("the session is requeued from a1's report", || {
         let history = c.json(&["session", "get", &id, "-o", "json"])["history"].to_string();
         history
-            .contains("requeued: agent a1 stopped it: no contact with the manager for 9 s")
+            // Its own watch or its guard, whichever stopped it first, says so.
+            .contains("requeued: agent a1 stopped it: no contact with the manager")
             .then_some(history)
     });
     c.until("it runs again", || (runs(&marks).len() == 2).then_some(()));
@@ -235,4 +241,38 @@ fn an_agent_back_before_its_sessions_were_released_reports_what_it_stopped() {
         !history.contains("was lost"),
         "released by the manager too: {history}"
     );
+}
+
+#[test]
+fn a_frozen_agents_guard_stops_its_session_before_it_runs_again_elsewhere() {
+    let c = Cluster::start(3);
+    ok(c.cli(&["group", "create", "g"]));
+    let marks = marks_dir(&c);
+    let a1 = c.agent("a1", "g", "cpu=1");
+    let id = ticking_on(&c, &marks, "g", "a1", 10);
+    let _a2 = c.agent("a2", "g", "cpu=1");
+    // The agent alone is frozen; its session, a process group of its own, runs on.
+    let agent = a1.0.id() as i32;
+    // SAFETY: kill only sends a signal to the agent this test started.
+    assert_eq!(unsafe { libc::kill(agent, libc::SIGSTOP) }, 0);
+    let frozen_at = now_ns();
+    c.until("the session runs again on a2", || {
+        let s = c.listed(&id);
+        (s["agent"] == "a2" && runs(&marks).len() == 2).then_some(())
+    });
+    let all = runs(&marks);
+    let first_end = *all[0].last().unwrap();
+    assert!(
+        first_end < all[1][0],
+        "the two runs overlap: the first ticked until {first_end}, the second from {}",
+        all[1][0]
+    );
+    let stopped_after = Duration::from_nanos((first_end - frozen_at) as u64);
+    assert!(
+        stopped_after < Duration::from_secs(5),
+        "the guard stopped the session {stopped_after:?} after the freeze"
+    );
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(agent, libc::SIGCONT) }, 0);
+    back_and_done_elsewhere(&c, &id);
 }

@@ -1147,7 +1147,12 @@ async fn check_liveness(app: &App) -> Result<(), corral_store::StoreError> {
     let now = now();
     let ago = |d: Duration| Timestamp(now.0 - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let release_after = corral_core::disconnect::release_after(app.lost_after);
+    // Each group's agents are watched by the manager that runs the group (the one manager of a
+    // SQLite database runs them all).
     for (agent, group) in app.store.silent_agents(ago(app.lost_after)).await? {
+        if !app.control.owns(&group) {
+            continue;
+        }
         let policy = app.store.get_group(&group).await?.map(|g| g.policy);
         let on_disconnect = policy.as_ref().map(|p| p.on_disconnect).unwrap_or_default();
         let requeue = policy.is_none_or(|p| p.on_agent_lost == OnAgentLost::Requeue);
@@ -1167,6 +1172,9 @@ async fn check_liveness(app: &App) -> Result<(), corral_store::StoreError> {
         }
     }
     for (agent, group) in app.store.lost_agents_holding(ago(release_after)).await? {
+        if !app.control.owns(&group) {
+            continue;
+        }
         let Some(policy) = app.store.get_group(&group).await?.map(|g| g.policy) else {
             continue;
         };
@@ -1206,7 +1214,11 @@ pub async fn watch_termination(app: App) {
 
 async fn terminate_due(app: &App) -> Result<(), corral_store::StoreError> {
     let now = now();
+    // The groups this manager runs: each is ended by one manager.
     for group in app.store.list_groups().await? {
+        if !app.control.owns(&group.name) {
+            continue;
+        }
         let t = group.policy.termination;
         fail_overdue_inputs(app, &group.name, t, now).await?;
         if t.mode == corral_core::TerminationMode::Persistent && t.max_lifetime_secs.is_none() {
