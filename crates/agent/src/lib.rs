@@ -147,6 +147,9 @@ struct Agent {
     running: Mutex<HashMap<String, Assignment>>,
     /// Sessions taken but waiting for devices that sessions it stops still hold.
     waiting: Mutex<Vec<Assignment>>,
+    /// Sessions admitted and being started (their inputs fetched) beside the sync loop, so
+    /// that a large input holds up no heartbeat; they hold their devices meanwhile.
+    staging: Mutex<HashMap<String, Assignment>>,
     /// Sessions it was told to stop that have not ended yet.
     stopping: Mutex<HashSet<String>>,
     /// The devices it joined with, which grants are checked against.
@@ -189,6 +192,7 @@ pub async fn run(
         runtime,
         running: Mutex::default(),
         waiting: Mutex::default(),
+        staging: Mutex::default(),
         stopping: Mutex::default(),
         devices: OnceLock::new(),
         ended: Ended::default(),
@@ -329,7 +333,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             // Made before the reports are read, so an end between the read and the sync still
             // rings it (a Notified future counts from its creation).
             let bell = agent.ended.bell.notified();
-            start_waiting(&agent).await;
+            start_waiting(&agent);
             let report = |id: &String, state| SessionReport {
                 id: id.clone(),
                 state,
@@ -344,6 +348,13 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 lock(&agent.waiting)
                     .iter()
                     .map(|a| report(&a.id, ReportedState::Starting)),
+            );
+            sessions.extend(
+                lock(&agent.staging)
+                    .keys()
+                    .filter(|id| !sessions.iter().any(|s| &s.id == *id))
+                    .map(|id| report(id, ReportedState::Starting))
+                    .collect::<Vec<_>>(),
             );
             let finished: Vec<SessionReport> = lock(&agent.ended.reports).clone();
             sessions.extend(finished.iter().cloned());
@@ -412,6 +423,11 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                         if waited {
                             continue; // Never started: nothing to stop.
                         }
+                        if lock(&agent.staging).contains_key(id) {
+                            // Its start sees this and does not start it.
+                            lock(&agent.stopping).insert(id.clone());
+                            continue;
+                        }
                         lock(&agent.stopping).insert(id.clone());
                         if let Err(e) = agent.runtime.stop(id, config.stop_grace).await {
                             tracing::warn!(session = id, error = %e, "stop failed");
@@ -422,7 +438,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                         return Err(AgentError::Dismissed(reason));
                     }
                     for assignment in resp.start {
-                        start(&agent, assignment).await;
+                        take(&agent, assignment);
                     }
                     if let Some(order) = resp.update {
                         // Returns only when it could not: it runs on as it was.
@@ -555,7 +571,9 @@ async fn self_update(agent: &Agent, client: &Client, order: &UpdateOrder) -> Str
     let Some(me) = &agent.config.self_update else {
         return "this agent does not update itself (it was not started as a program)".into();
     };
-    let busy = !lock(&agent.running).is_empty() || !lock(&agent.waiting).is_empty();
+    let busy = !lock(&agent.running).is_empty()
+        || !lock(&agent.waiting).is_empty()
+        || !lock(&agent.staging).is_empty();
     if busy {
         return "it runs sessions".into();
     }
@@ -590,10 +608,10 @@ fn spec_of(a: &Assignment, group: &str) -> SessionSpec {
 
 /// Starts the waiting sessions whose devices are free now; refuses those that can no longer
 /// have them.
-async fn start_waiting(agent: &Arc<Agent>) {
+fn start_waiting(agent: &Arc<Agent>) {
     let waiting = std::mem::take(&mut *lock(&agent.waiting));
     for a in waiting {
-        start(agent, a).await;
+        take(agent, a);
     }
 }
 
@@ -604,9 +622,11 @@ fn admit(agent: &Agent, a: &Assignment) -> Admit {
     };
     let running = lock(&agent.running);
     let waiting = lock(&agent.waiting);
+    let staging = lock(&agent.staging);
     let held: Vec<(&str, &[corral_core::DeviceGrant])> = running
         .values()
         .chain(waiting.iter())
+        .chain(staging.values())
         .filter(|h| h.id != a.id)
         .map(|h| (h.id.as_str(), h.devices.as_slice()))
         .collect();
@@ -624,15 +644,20 @@ fn report_unrun(agent: &Agent, id: String, state: ReportedState, reason: String)
     agent.ended.bell.notify_waiters();
 }
 
-async fn start(agent: &Arc<Agent>, a: Assignment) {
+/// Takes an assignment: refused, waiting for devices a stopping session holds, or admitted
+/// and started in a task of its own ([`launch`]), as its inputs may take long and must hold up
+/// no heartbeat. An assignment sent again meanwhile is left as it is.
+fn take(agent: &Arc<Agent>, a: Assignment) {
     // Its id names its directory.
     if let Err(e) = corral_runtime::validate_id(&a.id) {
         report_unrun(agent, a.id, ReportedState::Failed, e.to_string());
         return;
     }
-    if lock(&agent.running).contains_key(&a.id) || lock(&agent.waiting).iter().any(|w| w.id == a.id)
-    {
-        return; // Already taken; the manager had not heard yet.
+    let taken = lock(&agent.running).contains_key(&a.id)
+        || lock(&agent.waiting).iter().any(|w| w.id == a.id)
+        || lock(&agent.staging).contains_key(&a.id);
+    if taken {
+        return; // The manager had not heard yet.
     }
     match admit(agent, &a) {
         Admit::Start => {}
@@ -654,6 +679,19 @@ async fn start(agent: &Arc<Agent>, a: Assignment) {
             return;
         }
     }
+    lock(&agent.staging).insert(a.id.clone(), a.clone());
+    let agent = agent.clone();
+    tokio::spawn(async move {
+        let id = a.id.clone();
+        launch(&agent, a).await;
+        lock(&agent.staging).remove(&id);
+        // Its next report (running, or why not) goes at once.
+        agent.ended.bell.notify_waiters();
+    });
+}
+
+/// Fetches an admitted session's inputs and starts it.
+async fn launch(agent: &Arc<Agent>, a: Assignment) {
     if let Err(why) = fetch_inputs(agent, &a).await {
         tracing::warn!(session = a.id, why, "inputs not staged");
         let reason = format!("could not stage its inputs: {why}");
@@ -671,6 +709,16 @@ async fn start(agent: &Arc<Agent>, a: Assignment) {
     let mut spec = spec_of(&a, &agent.config.group);
     if let (Some(docker), Some(image)) = (agent.runtime.docker(), &a.image) {
         spec.image = Some(agent.images.pinned(docker, image).await);
+    }
+    // Told to stop meanwhile (cancelled while its inputs came): it never starts.
+    if lock(&agent.stopping).remove(&a.id) {
+        return;
+    }
+    // Cut off meanwhile past its fence: the manager may give it to another agent.
+    if let Some((silence, _)) = lock(&agent.fence).due(tokio::time::Instant::now()) {
+        let why = format!("no contact with the manager for {} s", silence.as_secs());
+        report_unrun(agent, a.id, ReportedState::Disconnected, why);
+        return;
     }
     match agent.runtime.start(&spec, &agent.config.work_root).await {
         Ok(()) => {
