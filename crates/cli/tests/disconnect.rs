@@ -10,10 +10,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::*;
-use corral_testkit::Front;
+use corral_testkit::{Front, Netns};
 
 /// Ticks for `secs` seconds into `<marks>/<pid>`, one line a tick (nanoseconds since the epoch).
 fn ticking(marks: &Path, secs: u32) -> String {
@@ -117,19 +118,43 @@ fn events_of(c: &Cluster, agent: &str, kind: &str) -> Vec<String> {
 #[test]
 fn a_cut_off_agent_stops_its_session_before_it_runs_again_elsewhere() {
     let c = Cluster::start(3);
-    ok(c.cli(&["group", "create", "g"]));
-    let marks = marks_dir(&c);
     let front = Front::start(vec![manager_addr(&c)]).unwrap();
-    let _a1 = agent_through(&c, &front, "a1", "g");
-    let id = ticking_on(&c, &marks, "g", "a1", 10);
+    let mut a1 = c.agent_command("a1", "g", "cpu=1");
+    a1.env("CORRAL_SERVER", front.url());
+    cut_off_and_back(&c, a1, || front.cut(), || front.mend());
+}
+
+/// The same through a real partition: the agent in a network namespace whose link goes down.
+#[test]
+fn an_agent_cut_off_in_a_network_namespace_stops_its_session_and_comes_back() {
+    let Some(ns) = Netns::create(0) else {
+        return;
+    };
+    let c = Cluster::start(3);
+    let front = Front::start_on(ns.host_ip, vec![manager_addr(&c)]).unwrap();
+    let mut a1 = c.agent_command("a1", "g", "cpu=1");
+    a1.env("CORRAL_SERVER", front.url());
+    let mut inside = ns.command(&a1);
+    inside.stdout(Stdio::null()).stderr(Stdio::null());
+    cut_off_and_back(&c, inside, || ns.cut(), || ns.mend());
+}
+
+/// Group `g` (`on_disconnect: stop`): agent a1 (started by `a1`) runs a session, a2 is idle; a1
+/// is cut off (`cut`), stops the session itself, and the session runs again on a2, the two runs
+/// apart; a1 is back once `mend`ed.
+fn cut_off_and_back(c: &Cluster, a1: Command, cut: impl Fn(), mend: impl Fn()) {
+    ok(c.cli(&["group", "create", "g"]));
+    let marks = marks_dir(c);
+    let _a1 = c.agent_from("a1", a1);
+    let id = ticking_on(c, &marks, "g", "a1", 10);
     let _a2 = c.agent("a2", "g", "cpu=1");
     let cut_at = now_ns();
-    front.cut();
+    cut();
     c.until("the session runs again on a2", || {
         let s = c.listed(&id);
         (s["agent"] == "a2" && runs(&marks).len() == 2).then_some(())
     });
-    let lost = events_of(&c, "a1", "lost");
+    let lost = events_of(c, "a1", "lost");
     assert!(
         lost.iter().any(|m| m.contains(
             "agent a1 missed its heartbeats; 1 session(s) stay with it while it stops them itself; requeued in 2 s unless it is back"
@@ -154,8 +179,8 @@ fn a_cut_off_agent_stops_its_session_before_it_runs_again_elsewhere() {
         "a1 stopped its session {stopped_after:?} after the cut"
     );
     // Back: it is alive again, told nothing of the session, which ends on a2.
-    front.mend();
-    back_and_done_elsewhere(&c, &id);
+    mend();
+    back_and_done_elsewhere(c, &id);
 }
 
 #[test]

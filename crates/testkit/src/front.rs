@@ -31,7 +31,13 @@ struct Shared {
 impl Front {
     /// Starts forwarding to `backends`.
     pub fn start(backends: Vec<SocketAddr>) -> std::io::Result<Front> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        Front::start_on("127.0.0.1".parse().expect("an address"), backends)
+    }
+
+    /// [`Front::start`], listening on a free port of `ip` (an address clients in a network
+    /// namespace reach).
+    pub fn start_on(ip: std::net::IpAddr, backends: Vec<SocketAddr>) -> std::io::Result<Front> {
+        let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let accepting = shared.clone();

@@ -1,6 +1,6 @@
 //! What Corral's tests share, one concept per module: waiting for a condition
 //! ([`eventually`]), a real container [`Registry`], a load balancer's stand-in before several
-//! managers ([`Front`]), a PostgreSQL server a test stops and starts ([`Postgres`]), skipping a test whose service is missing ([`require`], which fails
+//! managers ([`Front`]), a PostgreSQL server a test stops and starts ([`Postgres`]), a network namespace a test cuts off ([`Netns`]), skipping a test whose service is missing ([`require`], which fails
 //! instead under `CI=true`; [`cgroup2_parent`] is such a service), and leaving nothing running ([`KillLeftovers`],
 //! [`RemoveContainers`]).
 //!
@@ -10,6 +10,7 @@ mod cgroups;
 mod containers;
 mod eventually;
 mod front;
+mod netns;
 mod postgres;
 mod processes;
 mod registry;
@@ -19,6 +20,7 @@ pub use cgroups::cgroup2_parent;
 pub use containers::RemoveContainers;
 pub use eventually::{eventually, eventually_async, Ready};
 pub use front::Front;
+pub use netns::Netns;
 pub use postgres::Postgres;
 pub use processes::KillLeftovers;
 pub use registry::Registry;
