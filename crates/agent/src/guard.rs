@@ -43,9 +43,11 @@ pub async fn run(work_root: &Path, runtime: Runtime, agent_pid: u32) -> std::io:
                 stop_all(work_root, &runtime, d).await;
                 stopped_for = Some(d.at_ms);
             }
-            // Its agent gone with nothing (more) to stop: whoever starts the agent again
-            // starts a guard too.
-            _ if !agent_here && (deadline.is_none() || stopped_for.is_some()) => return Ok(()),
+            // Its agent gone with nothing (more) to stop: no deadline, or the last one's
+            // sessions stopped. Whoever starts the agent again starts a guard too.
+            _ if !agent_here && deadline.is_none_or(|d| stopped_for == Some(d.at_ms)) => {
+                return Ok(())
+            }
             _ => {}
         }
     }

@@ -271,18 +271,45 @@ fn an_agent_back_before_its_sessions_were_released_reports_what_it_stopped() {
 #[test]
 fn a_frozen_agents_guard_stops_its_session_before_it_runs_again_elsewhere() {
     let c = Cluster::start(3);
-    ok(c.cli(&["group", "create", "g"]));
-    let marks = marks_dir(&c);
-    let a1 = c.agent("a1", "g", "cpu=1");
-    let id = ticking_on(&c, &marks, "g", "a1", 10);
-    let _a2 = c.agent("a2", "g", "cpu=1");
+    let (a1, _a2, id) = guarded_session(&c);
     // The agent alone is frozen; its session, a process group of its own, runs on.
     let agent = a1.0.id() as i32;
     // SAFETY: kill only sends a signal to the agent this test started.
     assert_eq!(unsafe { libc::kill(agent, libc::SIGSTOP) }, 0);
-    let frozen_at = now_ns();
+    stopped_before_it_runs_on_a2(&c, &id, now_ns());
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(agent, libc::SIGCONT) }, 0);
+    back_and_done_elsewhere(&c, &id);
+}
+
+#[test]
+fn a_dead_agents_guard_stops_its_session_before_it_runs_again_elsewhere() {
+    let c = Cluster::start(3);
+    let (a1, _a2, id) = guarded_session(&c);
+    // SIGKILL, and reaped: its session, a process group of its own, runs on.
+    drop(a1);
+    stopped_before_it_runs_on_a2(&c, &id, now_ns());
+    c.until_for(30, "the session succeeds on a2", || {
+        (c.listed(&id)["state"] == "succeeded").then_some(())
+    });
+}
+
+/// Group `g`, agent a1 running a session that ticks for 10 s (returned: a1, a2, the
+/// session), a2 idle.
+fn guarded_session(c: &Cluster) -> (Proc, Proc, String) {
+    ok(c.cli(&["group", "create", "g"]));
+    let marks = marks_dir(c);
+    let a1 = c.agent("a1", "g", "cpu=1");
+    let id = ticking_on(c, &marks, "g", "a1", 10);
+    (a1, c.agent("a2", "g", "cpu=1"), id)
+}
+
+/// The session a1 ran stops within 5 s of `since` (a1's guard, past its deadline) and runs
+/// again on a2, the two runs apart.
+fn stopped_before_it_runs_on_a2(c: &Cluster, id: &str, since: u128) {
+    let marks = c.dir.path().join("marks");
     c.until("the session runs again on a2", || {
-        let s = c.listed(&id);
+        let s = c.listed(id);
         (s["agent"] == "a2" && runs(&marks).len() == 2).then_some(())
     });
     let all = runs(&marks);
@@ -292,12 +319,9 @@ fn a_frozen_agents_guard_stops_its_session_before_it_runs_again_elsewhere() {
         "the two runs overlap: the first ticked until {first_end}, the second from {}",
         all[1][0]
     );
-    let stopped_after = Duration::from_nanos((first_end - frozen_at) as u64);
+    let stopped_after = Duration::from_nanos((first_end - since) as u64);
     assert!(
         stopped_after < Duration::from_secs(5),
-        "the guard stopped the session {stopped_after:?} after the freeze"
+        "the guard stopped the session {stopped_after:?} after a1 went"
     );
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(agent, libc::SIGCONT) }, 0);
-    back_and_done_elsewhere(&c, &id);
 }
