@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use corral_core::OnDisconnect;
 use serde::{Deserialize, Serialize};
-use tokio::time::Instant;
 
 const FILE: &str = "fence.json";
 const DEADLINE_FILE: &str = "fence.deadline";
@@ -35,20 +34,21 @@ pub struct Rules {
     pub on_disconnect: OnDisconnect,
 }
 
-/// When the agent is to stop its sessions.
+/// When the agent is to stop its sessions. Times are milliseconds of CLOCK_BOOTTIME
+/// ([`boottime_ms`]), the clock the guard reads the same deadline on.
 #[derive(Debug)]
 pub struct Fence {
     /// Unknown before the first join (and nothing kept): never fenced.
     rules: Option<Rules>,
     /// When its last sync (or join) that went through started.
-    last_ok: Instant,
+    last_ok_ms: u64,
 }
 
 impl Fence {
-    pub fn new(rules: Option<Rules>, now: Instant) -> Fence {
+    pub fn new(rules: Option<Rules>, now_ms: u64) -> Fence {
         Fence {
             rules,
-            last_ok: now,
+            last_ok_ms: now_ms,
         }
     }
 
@@ -56,32 +56,35 @@ impl Fence {
         self.rules
     }
 
-    /// A join or sync that started at `started` went through; the manager said `rules`.
+    /// A join or sync that started at `started_ms` went through; the manager said `rules`.
     /// Returns whether the rules changed (to be kept).
-    pub fn heard(&mut self, rules: Rules, started: Instant) -> bool {
-        self.last_ok = self.last_ok.max(started);
+    pub fn heard(&mut self, rules: Rules, started_ms: u64) -> bool {
+        self.last_ok_ms = self.last_ok_ms.max(started_ms);
         let changed = self.rules != Some(rules);
         self.rules = Some(rules);
         changed
     }
 
-    /// A sync that started at `started` went through, under the rules known.
-    pub fn synced(&mut self, on_disconnect: OnDisconnect, started: Instant) -> Option<Rules> {
+    /// A sync that started at `started_ms` went through, under the rules known.
+    pub fn synced(&mut self, on_disconnect: OnDisconnect, started_ms: u64) -> Option<Rules> {
         let rules = Rules {
             on_disconnect,
             ..self.rules?
         };
-        self.heard(rules, started).then_some(rules)
+        self.heard(rules, started_ms).then_some(rules)
+    }
+
+    /// When the sessions are to be stopped, if the group says so: what the guard is told.
+    pub fn deadline(&self) -> Option<Deadline> {
+        Deadline::after(self.last_ok_ms, self.rules)
     }
 
     /// The silence so far, if it is long enough for the agent to stop its sessions (with the
     /// grace they get).
-    pub fn due(&self, now: Instant) -> Option<(Duration, Duration)> {
-        let rules = self.rules?;
-        let silence = now.saturating_duration_since(self.last_ok);
-        let due = rules.on_disconnect == OnDisconnect::Stop
-            && silence >= Duration::from_secs(rules.lost_after_secs);
-        due.then(|| (silence, Duration::from_secs(rules.grace_secs)))
+    pub fn due(&self, now_ms: u64) -> Option<(Duration, Duration)> {
+        let deadline = self.deadline().filter(|d| now_ms >= d.at_ms)?;
+        let silence = Duration::from_millis(now_ms.saturating_sub(self.last_ok_ms));
+        Some((silence, Duration::from_secs(deadline.grace_secs)))
     }
 }
 
@@ -186,17 +189,18 @@ mod tests {
 
     #[test]
     fn it_stops_once_silent_for_lost_after_counted_from_the_last_sync_that_went_through() {
-        let t0 = Instant::now();
-        let s = Duration::from_secs;
+        let t0 = 1_000_000;
+        let s = |secs: u64| secs * 1000;
+        let d = Duration::from_secs;
         let mut f = Fence::new(None, t0);
         assert_eq!(f.due(t0 + s(100)), None, "no rules yet: never");
         assert!(f.heard(rules(OnDisconnect::Stop), t0));
-        assert_eq!(f.due(t0 + Duration::from_millis(2999)), None);
-        assert_eq!(f.due(t0 + s(3)), Some((s(3), s(1))));
+        assert_eq!(f.due(t0 + 2999), None);
+        assert_eq!(f.due(t0 + s(3)), Some((d(3), d(1))));
         // A sync that started at 2 s went through: counted from its start.
         assert_eq!(f.synced(OnDisconnect::Stop, t0 + s(2)), None, "unchanged");
         assert_eq!(f.due(t0 + s(4)), None);
-        assert_eq!(f.due(t0 + s(5)), Some((s(3), s(1))));
+        assert_eq!(f.due(t0 + s(5)), Some((d(3), d(1))));
         // One that started before the last that went through counts from the later.
         f.synced(OnDisconnect::Stop, t0 + s(1));
         assert_eq!(f.due(t0 + s(4)), None);

@@ -198,7 +198,7 @@ pub async fn run(
         ended: Ended::default(),
         offsets: tokio::sync::Mutex::default(),
         images: images::Images::default(),
-        fence: Mutex::new(fence::Fence::new(kept_rules, tokio::time::Instant::now())),
+        fence: Mutex::new(fence::Fence::new(kept_rules, fence::boottime_ms())),
         fenced: Mutex::default(),
     });
     tokio::select! {
@@ -284,8 +284,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         // Joining again (the manager forgot this agent) uses the agent's own token: a one-time
         // bootstrap token is spent; the bootstrap token is the fallback.
         let own = lock(&agent.token).clone();
-        let started = tokio::time::Instant::now();
-        let started_boot = fence::boottime_ms();
+        let started = fence::boottime_ms();
         let attempt = match &config.key {
             // The manager takes an external agent's joins by its key only.
             Some(key) => agent.client.join_with_key(key, &join).await,
@@ -324,7 +323,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
             fence.heard(rules, started).then_some(rules)
         };
         keep_fence_rules(config, rules);
-        arm_guard(&agent, started_boot);
+        arm_guard(&agent);
         join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
         let heartbeat = Duration::from_secs(joined.heartbeat_secs.max(1));
         let mut sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
@@ -378,8 +377,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                     _ => std::future::pending().await,
                 }
             };
-            let started = tokio::time::Instant::now();
-            let started_boot = fence::boottime_ms();
+            let started = fence::boottime_ms();
             let bounded = tokio::time::timeout(
                 Duration::from_secs(request.wait_secs) + SYNC_SLACK,
                 as_agent.sync(&config.id, &request),
@@ -405,7 +403,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
                 Ok(resp) => {
                     let rules = lock(&agent.fence).synced(resp.on_disconnect, started);
                     keep_fence_rules(config, rules);
-                    arm_guard(&agent, started_boot);
+                    arm_guard(&agent);
                     agent.images.set_policy(resp.images.clone());
                     sync_retry = backoff(FIRST_RETRY_WAIT, heartbeat);
                     rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
@@ -485,11 +483,9 @@ fn keep_fence_rules(config: &Config, rules: Option<fence::Rules>) {
     }
 }
 
-/// Moves the guard's deadline on after a join or sync that went through, started at
-/// `started_ms` (CLOCK_BOOTTIME).
-fn arm_guard(agent: &Agent, started_ms: u64) {
-    let rules = lock(&agent.fence).rules();
-    let deadline = fence::Deadline::after(started_ms, rules);
+/// Tells the guard the deadline as it is after a join or sync that went through.
+fn arm_guard(agent: &Agent) {
+    let deadline = lock(&agent.fence).deadline();
     if let Err(e) = fence::arm(&agent.config.work_root, deadline) {
         tracing::warn!(error = %e, "could not write the guard's deadline");
     }
@@ -503,7 +499,7 @@ async fn watch_fence(agent: Arc<Agent>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let due = lock(&agent.fence).due(tokio::time::Instant::now());
+        let due = lock(&agent.fence).due(fence::boottime_ms());
         let Some((silence, grace)) = due else {
             continue;
         };
@@ -715,7 +711,7 @@ async fn launch(agent: &Arc<Agent>, a: Assignment) {
         return;
     }
     // Cut off meanwhile past its fence: the manager may give it to another agent.
-    if let Some((silence, _)) = lock(&agent.fence).due(tokio::time::Instant::now()) {
+    if let Some((silence, _)) = lock(&agent.fence).due(fence::boottime_ms()) {
         let why = format!("no contact with the manager for {} s", silence.as_secs());
         report_unrun(agent, a.id, ReportedState::Disconnected, why);
         return;

@@ -237,14 +237,20 @@ async fn start_latency(count: usize) -> Result<()> {
 }
 
 /// A manager in a child process, killed when dropped.
-struct ChildManager {
-    child: std::process::Child,
-    log: PathBuf,
+pub(crate) struct ChildManager {
+    pub(crate) child: std::process::Child,
+    pub(crate) log: PathBuf,
 }
 
 impl ChildManager {
+    /// SIGKILL, and reaped.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// The last lines the manager logged, for errors.
-    fn log_tail(&self) -> Vec<String> {
+    pub(crate) fn log_tail(&self) -> Vec<String> {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..]
@@ -286,8 +292,7 @@ impl ChildManager {
 
 impl Drop for ChildManager {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }
 

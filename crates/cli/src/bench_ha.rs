@@ -6,8 +6,8 @@
 //! the lease once it expired and ran its first pass. Each run starts three fresh managers.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -17,6 +17,8 @@ use corral_api::tokens::Role;
 use corral_api::Client;
 use corral_core::{SessionState, SessionType};
 use corral_store::Store;
+
+use crate::bench_agent::ChildManager;
 
 const MANAGERS: usize = 3;
 const POLL: Duration = Duration::from_millis(10);
@@ -88,7 +90,7 @@ async fn takeover(url: &str, token: &str, store: &Store, lease_secs: u64) -> Res
     let owner = owner_of(store, &group, &managers).await?;
     let other = (owner + 1) % MANAGERS;
     let killed = Instant::now();
-    managers[owner].kill();
+    managers[owner].process.kill();
     let id = submit(&clients[other], &group).await?;
     placed(&clients[other], &id, Duration::from_secs(120)).await?;
     Ok(killed.elapsed().as_secs_f64() * 1000.0)
@@ -130,15 +132,14 @@ async fn owner_of(store: &Store, group: &str, managers: &[Manager]) -> Result<us
         .context("the group has no lease")?;
     managers
         .iter()
-        .position(|m| lease.owner.contains(&format!("-{}-", m.child.id())))
+        .position(|m| lease.owner.contains(&format!("-{}-", m.process.child.id())))
         .with_context(|| format!("no manager started here holds the lease ({})", lease.owner))
 }
 
-/// A manager in a child process, killed when dropped.
+/// A manager of the run, and where it listens.
 struct Manager {
-    child: Child,
+    process: ChildManager,
     base: String,
-    log: PathBuf,
 }
 
 impl Manager {
@@ -167,9 +168,8 @@ impl Manager {
             .stderr(out);
         let child = command.spawn().context("starting a manager")?;
         Ok(Manager {
-            child,
+            process: ChildManager { child, log },
             base: format!("http://127.0.0.1:{port}"),
-            log,
         })
     }
 
@@ -184,31 +184,19 @@ impl Manager {
             {
                 return Ok(());
             }
-            if let Some(status) = self.child.try_wait()? {
-                bail!("a manager exited ({status}): {}", tail(&self.log));
+            if let Some(status) = self.process.child.try_wait()? {
+                bail!(
+                    "a manager exited ({status}): {}",
+                    self.process.log_tail().join("\n")
+                );
             }
             if Instant::now() > deadline {
-                bail!("a manager did not answer within 30 s: {}", tail(&self.log));
+                bail!(
+                    "a manager did not answer within 30 s: {}",
+                    self.process.log_tail().join("\n")
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The end of a log, for errors.
-fn tail(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(10)..].join("\n")
 }

@@ -1153,7 +1153,7 @@ async fn check_liveness(app: &App) -> Result<(), corral_store::StoreError> {
         if !app.control.owns(&group) {
             continue;
         }
-        let policy = app.store.get_group(&group).await?.map(|g| g.policy);
+        let policy = app.policies.policy(&app.store, &group).await?;
         let on_disconnect = policy.as_ref().map(|p| p.on_disconnect).unwrap_or_default();
         let requeue = policy.is_none_or(|p| p.on_agent_lost == OnAgentLost::Requeue);
         let fate = match (on_disconnect, requeue) {
@@ -1175,7 +1175,7 @@ async fn check_liveness(app: &App) -> Result<(), corral_store::StoreError> {
         if !app.control.owns(&group) {
             continue;
         }
-        let Some(policy) = app.store.get_group(&group).await?.map(|g| g.policy) else {
+        let Some(policy) = app.policies.policy(&app.store, &group).await? else {
             continue;
         };
         if policy.on_disconnect == OnDisconnect::Keep {
