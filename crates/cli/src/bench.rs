@@ -41,14 +41,14 @@ pub enum Target {
     },
     /// Agents: submit to process start on a warm agent (process runtime), and the manager's CPU
     /// for thousands of simulated agents heartbeating every 5 s (the manager runs as a child
-    /// process). 0 sessions or 0 agents skips that case.
+    /// process), one case per number of agents. 0 sessions or 0 agents skips that case.
     Agent {
         /// Sessions run one after another in the start-latency case.
         #[arg(long, default_value_t = 200)]
         sessions: usize,
-        /// Simulated agents in the heartbeat case.
-        #[arg(long, default_value_t = 5_000)]
-        agents: usize,
+        /// Simulated agents in the heartbeat cases, one case each (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "5000,20000")]
+        agents: Vec<usize>,
         /// Seconds over which the manager's CPU is measured once all agents joined.
         #[arg(long, default_value_t = 20)]
         window_secs: u64,
@@ -165,7 +165,7 @@ pub fn run(target: Target) -> Result<()> {
             window_secs,
         } => {
             let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(crate::bench_agent::run(sessions, agents, window_secs))
+            runtime.block_on(crate::bench_agent::run(sessions, &agents, window_secs))
         }
         Target::Scale {
             sessions,

@@ -39,21 +39,21 @@ const JOIN_BATCH: usize = 200;
 /// File descriptors kept beside one socket per agent (database, logs, listeners).
 const FD_MARGIN: u64 = 256;
 
-pub async fn run(sessions: usize, agents: usize, window_secs: u64) -> Result<()> {
+pub async fn run(sessions: usize, agents: &[usize], window_secs: u64) -> Result<()> {
     if sessions > 0 {
         start_latency(sessions)
             .await
             .context("case agent_start (submit to process start)")?;
     }
-    if agents > 0 {
-        // Agents' syncs may fall in phase; a window shorter than a heartbeat can miss them all.
-        let window = window_secs.max(HEARTBEAT.as_secs());
-        if window != window_secs {
-            eprintln!("# --window-secs raised to {window}: at least one heartbeat");
-        }
-        heartbeats(agents, window)
+    // Agents' syncs may fall in phase; a window shorter than a heartbeat can miss them all.
+    let window = window_secs.max(HEARTBEAT.as_secs());
+    if window != window_secs && agents.iter().any(|&n| n > 0) {
+        eprintln!("# --window-secs raised to {window}: at least one heartbeat");
+    }
+    for &count in agents.iter().filter(|&&n| n > 0) {
+        heartbeats(count, window)
             .await
-            .context("case agent_heartbeat (simulated agents)")?;
+            .with_context(|| format!("case agent_heartbeat ({count} simulated agents)"))?;
     }
     Ok(())
 }
@@ -296,8 +296,9 @@ impl Drop for ChildManager {
     }
 }
 
-/// Raises this process's open-file limit to its hard limit (children inherit it); returns it.
-fn raise_nofile() -> Result<u64> {
+/// Raises this process's open-file limit (children inherit it) to `needed`, above the hard limit
+/// where this process may (root), else to the hard limit; returns it.
+fn raise_nofile(needed: u64) -> Result<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -306,14 +307,27 @@ fn raise_nofile() -> Result<u64> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error()).context("getrlimit(RLIMIT_NOFILE)");
     }
-    let mut target = lim.rlim_max;
-    if target == libc::RLIM_INFINITY {
-        // The kernel caps open files at fs.nr_open however high the hard limit is.
-        target = std::fs::read_to_string("/proc/sys/fs/nr_open")
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(1 << 20);
+    // The kernel caps open files at fs.nr_open however high a limit is.
+    let nr_open: u64 = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1 << 20);
+    if lim.rlim_max != libc::RLIM_INFINITY && lim.rlim_max < needed {
+        // Only a process allowed to (CAP_SYS_RESOURCE) raises its hard limit: tried, and
+        // passed over if refused.
+        let raised = libc::rlimit {
+            rlim_cur: needed.min(nr_open),
+            rlim_max: needed.min(nr_open),
+        };
+        // SAFETY: setrlimit reads the struct we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(raised.rlim_cur);
+        }
     }
+    let target = match lim.rlim_max {
+        libc::RLIM_INFINITY => nr_open,
+        max => max,
+    };
     if lim.rlim_cur < target {
         lim.rlim_cur = target;
         // SAFETY: setrlimit reads the struct we own.
@@ -345,11 +359,43 @@ impl SimStats {
     }
 }
 
-/// One simulated agent: syncs with nothing to report, each answer held up to the heartbeat.
-async fn sim_agent(client: Client, id: String, stats: Arc<SimStats>) {
+/// How a simulated agent syncs: its answer held for `hold`, then a pause before the next sync,
+/// together its heartbeat. A real agent holds its whole heartbeat (no pause), keeping one
+/// connection open; where the open-file limit cannot give every agent one, they hold part of it.
+#[derive(Clone)]
+struct Rhythm {
+    hold: Duration,
+    pause: Duration,
+    /// Syncs under way at once, at most: connections a pool opens for them stay open.
+    at_once: Arc<tokio::sync::Semaphore>,
+}
+
+impl Rhythm {
+    /// As real agents, if `agents` connections fit within `connections`; else each holds what
+    /// keeps about half of `connections` open at once (at least 1 s), and never more than
+    /// three quarters are.
+    fn of(agents: usize, connections: u64) -> Rhythm {
+        let beat = HEARTBEAT.as_secs();
+        let (hold, at_once) = match agents as u64 <= connections {
+            true => (beat, agents),
+            false => (
+                (beat * connections / 2 / agents as u64).clamp(1, beat),
+                (connections * 3 / 4) as usize,
+            ),
+        };
+        Rhythm {
+            hold: Duration::from_secs(hold),
+            pause: Duration::from_secs(beat - hold),
+            at_once: Arc::new(tokio::sync::Semaphore::new(at_once)),
+        }
+    }
+}
+
+/// One simulated agent: syncs with nothing to report, in its rhythm.
+async fn sim_agent(client: Client, id: String, stats: Arc<SimStats>, rhythm: Rhythm) {
     let body = SyncRequest {
         sessions: Vec::new(),
-        wait_secs: HEARTBEAT.as_secs(),
+        wait_secs: rhythm.hold.as_secs(),
         ..SyncRequest::default()
     };
     let mut last: Option<Instant> = None;
@@ -360,11 +406,18 @@ async fn sim_agent(client: Client, id: String, stats: Arc<SimStats>) {
             stats.max_gap_ms.fetch_max(gap, Ordering::Relaxed);
         }
         last = Some(sent);
-        match client.sync(&id, &body).await {
+        let answer = {
+            let Ok(_turn) = rhythm.at_once.acquire().await else {
+                return;
+            };
+            client.sync(&id, &body).await
+        };
+        match answer {
             Ok(_) => {
                 stats.syncs.fetch_add(1, Ordering::Relaxed);
                 let answer = sent.elapsed().as_millis() as u64;
                 stats.max_answer_ms.fetch_max(answer, Ordering::Relaxed);
+                tokio::time::sleep(rhythm.pause).await;
             }
             Err(why) => {
                 stats.fail(format!("{id}: {why}"));
@@ -402,19 +455,22 @@ async fn join(api: &Client, i: usize) -> Result<String> {
 
 /// Case 2: how much CPU one manager spends on `agents` heartbeating agents.
 async fn heartbeats(agents: usize, window_secs: u64) -> Result<()> {
-    let limit = raise_nofile()?;
     let needed = agents as u64 + FD_MARGIN;
-    let agents = if limit < needed {
-        let fit = limit.saturating_sub(FD_MARGIN) as usize;
-        eprintln!(
-            "# the open-file hard limit is {limit}, below the {needed} that {agents} agents need (one socket each, in this process and in the manager): measuring {fit} agents instead; raise it (ulimit -Hn, LimitNOFILE) for more"
-        );
-        fit
-    } else {
-        agents
-    };
-    if agents == 0 {
+    let limit = raise_nofile(needed)?;
+    // What this process and the manager can each hold open for agents.
+    let connections = limit.saturating_sub(FD_MARGIN);
+    if connections < 16 {
         bail!("the open-file limit ({limit}) leaves room for no agent");
+    }
+    let rhythm = Rhythm::of(agents, connections);
+    if rhythm.pause > Duration::ZERO {
+        eprintln!(
+            "# the open-file hard limit is {limit}, below the {needed} that {agents} agents need to hold a connection each (in this process and in the manager): each syncs every {} s still, its answer held {} s then a pause of {} s, so that about {} connections are open at once; raise it (ulimit -Hn, LimitNOFILE) for one connection per agent",
+            HEARTBEAT.as_secs(),
+            rhythm.hold.as_secs(),
+            rhythm.pause.as_secs(),
+            agents as u64 * rhythm.hold.as_secs() / HEARTBEAT.as_secs(),
+        );
     }
 
     let dir = tempfile::tempdir().context("temporary directory")?;
@@ -442,6 +498,7 @@ async fn heartbeats(agents: usize, window_secs: u64) -> Result<()> {
         .args(["--listen", &listen])
         .args(["--heartbeat-secs", &HEARTBEAT.as_secs().to_string()])
         .args(["--lost-after-secs", &LOST_AFTER.as_secs().to_string()])
+        .args(["--max-connections", &connections.to_string()])
         // SQLite in the data directory, whatever this shell points at.
         .env_remove("CORRAL_DATABASE_URL")
         .env("NO_COLOR", "1")
@@ -451,7 +508,15 @@ async fn heartbeats(agents: usize, window_secs: u64) -> Result<()> {
         .spawn()
         .context("starting the manager")?;
     let mut manager = ChildManager { child, log };
-    let result = heartbeats_with(&mut manager, dir.path(), &listen, agents, window_secs).await;
+    let result = heartbeats_with(
+        &mut manager,
+        dir.path(),
+        &listen,
+        agents,
+        rhythm,
+        window_secs,
+    )
+    .await;
     if result.is_err() {
         eprintln!("# the manager's last log lines:");
         for line in manager.log_tail() {
@@ -466,6 +531,7 @@ async fn heartbeats_with(
     data_dir: &Path,
     listen: &str,
     agents: usize,
+    rhythm: Rhythm,
     window_secs: u64,
 ) -> Result<()> {
     let base = format!("http://{listen}");
@@ -521,6 +587,7 @@ async fn heartbeats_with(
                 client,
                 format!("sim-{i}"),
                 stats.clone(),
+                rhythm.clone(),
             ))));
         }
         if let Some(status) = manager.child.try_wait()? {
@@ -589,7 +656,7 @@ async fn heartbeats_with(
         stats.max_gap_ms.load(Ordering::Relaxed) as f64 / 1e3,
         LOST_AFTER.as_secs(),
         stats.max_answer_ms.load(Ordering::Relaxed) as f64 / 1e3,
-        HEARTBEAT.as_secs(),
+        rhythm.hold.as_secs(),
     );
     if alive == agents && states.len() == 1 {
         eprintln!("# all {agents} agents alive at the end");

@@ -9,6 +9,7 @@ mod common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{free_port, start_manager_on, text, Proc, CORRAL};
@@ -66,13 +67,20 @@ struct Managers {
     database: String,
     store: corral_store::Store,
     _dir: tempfile::TempDir,
+    /// Held while the managers run: the tests of this file run one after another, as three
+    /// managers each (and the load test's 40 agents) beside another test's would starve both on
+    /// a small machine, and these tests time takeovers.
+    _one_at_a_time: tokio::sync::MutexGuard<'static, ()>,
 }
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 impl Managers {
     /// Three managers on a fresh database named after `test`, the first creating the admin
     /// token and the secrets key the others are given; `None` without PostgreSQL (skipped,
     /// saying so; fails instead under CI=true).
     async fn start(test: &str) -> Option<Managers> {
+        let one_at_a_time = ONE_AT_A_TIME.lock().await;
         let admin = corral_testkit::postgres_admin_url()?;
         let database = corral_store::testing::fresh_database(&admin, test)
             .await
@@ -130,6 +138,7 @@ impl Managers {
             database,
             store,
             _dir: dir,
+            _one_at_a_time: one_at_a_time,
         })
     }
 
@@ -179,9 +188,15 @@ impl Managers {
         text(&out.stdout).trim().to_string()
     }
 
-    /// Which manager holds the group's lease now (its pid is in the lease's owner).
+    /// Which manager holds the lease of group `ha` now.
     fn owner(&self, leases: &[corral_store::Lease]) -> Option<usize> {
-        let lease = leases.iter().find(|l| l.group == "ha")?;
+        self.owner_of(leases, "ha")
+    }
+
+    /// Which manager, running and not paused, holds `group`'s lease now (its pid is in the
+    /// lease's owner).
+    fn owner_of(&self, leases: &[corral_store::Lease], group: &str) -> Option<usize> {
+        let lease = leases.iter().find(|l| l.group == group)?;
         let holds = |i: usize| {
             self.procs[i]
                 .as_ref()
@@ -201,20 +216,43 @@ fn plugin(dir: &Path, name: &str, source: &str) -> PathBuf {
     path
 }
 
+/// The exec provider of [`RECORDING_PLUGIN`], written under `state`, which also holds what it
+/// records and its agents.
+fn recording_provider(state: &Path) -> Value {
+    let recording = plugin(state, "recording.py", RECORDING_PLUGIN);
+    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/plugins/local_agents.py")
+        .canonicalize()
+        .unwrap();
+    json!({
+        "name": "exec",
+        "options": {"command": recording, "timeout_secs": 30,
+                    "env": {"CORRAL_BINARY": CORRAL, "CORRAL_PLUGIN_STATE": state,
+                            "EXAMPLE": example}},
+        "launch": {"max_provisioning_secs": 60, "reconcile_secs": 2, "call_timeout_secs": 30},
+    })
+}
+
 /// Creates group `ha` (demand, up to 4 one-CPU agents) on the exec plugin `provider`.
 fn create_group(m: &Managers, provider: Value) {
+    create_group_of(m, "ha", 0, provider);
+}
+
+/// Creates group `name` (demand, `min_nodes` to 4 one-CPU agents) on the exec plugin
+/// `provider`.
+fn create_group_of(m: &Managers, name: &str, min_nodes: u32, provider: Value) {
     let group = json!({
-        "name": "ha",
-        "policy": {"kind": "demand", "min_nodes": 0, "max_nodes": 4, "idle_wait_secs": 2,
-                   "cooldown_secs": 0, "max_launches_per_pass": 4},
+        "name": name,
+        "policy": {"kind": "demand", "min_nodes": min_nodes, "max_nodes": 4,
+                   "idle_wait_secs": 2, "cooldown_secs": 0, "max_launches_per_pass": 4},
         "templates": [{"name": "small", "slots": "cpu=1,mem=512MiB", "max": 4}],
         "provider": provider,
     });
-    let file = m.root.join("group.json");
+    let file = m.root.join(format!("{name}.json"));
     std::fs::write(&file, group.to_string()).unwrap();
     let out = m.cli_at(
         &m.front.url(),
-        &["group", "create", "ha", "--file", file.to_str().unwrap()],
+        &["group", "create", name, "--file", file.to_str().unwrap()],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
@@ -275,21 +313,7 @@ async fn three_managers_launch_each_instance_once_and_take_over_a_dead_owners_gr
     let (store, database, root) = (m.store.clone(), m.database.clone(), m.root.clone());
 
     let state = root.join("plugin");
-    let recording = plugin(&state, "recording.py", RECORDING_PLUGIN);
-    let example = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/plugins/local_agents.py")
-        .canonicalize()
-        .unwrap();
-    create_group(
-        &m,
-        json!({
-            "name": "exec",
-            "options": {"command": recording, "timeout_secs": 30,
-                        "env": {"CORRAL_BINARY": CORRAL, "CORRAL_PLUGIN_STATE": state,
-                                "EXAMPLE": example}},
-            "launch": {"max_provisioning_secs": 60, "reconcile_secs": 2, "call_timeout_secs": 30},
-        }),
-    );
+    create_group(&m, recording_provider(&state));
 
     // Twelve sessions, submitted to each manager in turn: all run, each instance launched once.
     let first: Vec<String> = (0..12).map(|n| m.submit_to(n % 3, n)).collect();
@@ -497,4 +521,280 @@ async fn a_failing_providers_backoff_goes_on_with_the_next_owner() {
     let sessions = m.json(&["session", "ls", "--group", "ha", "-o", "json"]);
     assert_eq!(sessions[0]["id"], id.as_str(), "{sessions}");
     assert_eq!(sessions[0]["state"], "pending", "{sessions}");
+}
+
+/// The groups of the load test, each with four agents of its own from the start.
+const LOAD_GROUPS: usize = 10;
+/// Clients submitting at once.
+const CLIENTS: usize = 8;
+/// The pause between one client's submits: about 20 sessions a second in all.
+const CLIENT_PACE: Duration = Duration::from_millis(400);
+
+/// What the clients share: the managers not to ask (killed, or about to be paused), whether
+/// to stop, and the sessions acknowledged (201).
+#[derive(Default)]
+struct Load {
+    avoid: std::sync::Mutex<std::collections::HashSet<usize>>,
+    stop: std::sync::atomic::AtomicBool,
+    acknowledged: std::sync::Mutex<Vec<String>>,
+}
+
+/// One client: submits to the managers in turn (passing over those to avoid, and trying the
+/// next one when a call fails), to the groups in turn, until told to stop. Each session
+/// records its run in `runs`: a line when it starts and one when it ends, with its id.
+fn client(n: usize, ports: Vec<u16>, token: String, runs: PathBuf, load: Arc<Load>) {
+    use std::sync::atomic::Ordering;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let script = format!(
+        "echo \"start $CORRAL_SESSION_ID $(date +%s%N)\" >> {runs}; sleep 0.5; \
+         echo \"end $CORRAL_SESSION_ID $(date +%s%N)\" >> {runs}",
+        runs = runs.display()
+    );
+    runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        let mut turn = n;
+        while !load.stop.load(Ordering::SeqCst) {
+            turn += 1;
+            let avoid = load.avoid.lock().unwrap().clone();
+            let Some(manager) = (turn..turn + ports.len())
+                .map(|i| i % ports.len())
+                .find(|i| !avoid.contains(i))
+            else {
+                break;
+            };
+            let answer = client
+                .post(format!(
+                    "http://127.0.0.1:{}/api/v1/sessions",
+                    ports[manager]
+                ))
+                .bearer_auth(&token)
+                .json(
+                    &json!({"group": format!("g{}", turn % LOAD_GROUPS), "type": "batch",
+                              "command": ["sh", "-c", script], "request": {"cpu": 1}}),
+                )
+                .send()
+                .await;
+            if let Ok(answer) = answer {
+                if answer.status().as_u16() == 201 {
+                    let body: Value = answer.json().await.unwrap();
+                    let id = body["id"].as_str().unwrap().to_string();
+                    load.acknowledged.lock().unwrap().push(id);
+                }
+            }
+            tokio::time::sleep(CLIENT_PACE).await;
+        }
+    });
+}
+
+/// Which manager owns the most groups now, and those groups.
+fn busiest_owner(m: &Managers, leases: &[corral_store::Lease]) -> (usize, Vec<String>) {
+    (0..m.procs.len())
+        .map(|i| {
+            let groups: Vec<String> = leases
+                .iter()
+                .filter(|l| m.owner_of(leases, &l.group) == Some(i))
+                .map(|l| l.group.clone())
+                .collect();
+            (i, groups)
+        })
+        .max_by_key(|(_, groups)| groups.len())
+        .unwrap()
+}
+
+/// Waits until every group of `groups` is owned by a manager that runs and is not paused, and
+/// checks that this took at most twice the lease since their owner was `gone` (at `since`).
+async fn assert_moved(m: &Managers, groups: &[String], since: Instant, gone: &str) {
+    let store = m.store.clone();
+    let took = corral_testkit::eventually_async(
+        "the groups move to the other managers",
+        Duration::from_secs(60),
+        || {
+            let store = store.clone();
+            async move {
+                let leases = store.list_leases().await.unwrap();
+                groups
+                    .iter()
+                    .all(|g| m.owner_of(&leases, g).is_some())
+                    .then(|| since.elapsed())
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "{} groups moved {} ms after their owner was {gone}",
+        groups.len(),
+        took.as_millis()
+    );
+    assert!(
+        took <= Duration::from_secs(2 * LEASE_SECS),
+        "{groups:?} moved after {took:?}"
+    );
+}
+
+/// Bar 6 of the high-availability issue at full size: three managers on PostgreSQL, ten
+/// groups of four agents each (launched through a plugin that records its calls), eight clients
+/// submitting to the managers. The manager that owns the most groups is killed (SIGKILL), then
+/// the one that owns the most of what is left is paused (SIGSTOP) and resumed: each time its
+/// groups move within twice the lease; and in the end every acknowledged session is there and
+/// succeeded, placed once and run once, no agent ran two at once (each has one CPU), and no
+/// instance was launched twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_groups_under_load_move_when_their_owner_is_killed_or_paused() {
+    corral_api::tls::install_crypto_provider();
+    let Some(mut m) = Managers::start("cli_ha_load").await else {
+        return;
+    };
+    let (store, root) = (m.store.clone(), m.root.clone());
+    let state = root.join("plugin");
+    let provider = recording_provider(&state);
+    for g in 0..LOAD_GROUPS {
+        create_group_of(&m, &format!("g{g}"), 4, provider.clone());
+    }
+    let agents = 4 * LOAD_GROUPS;
+    common::eventually(
+        "every group's four agents alive",
+        Duration::from_secs(180),
+        || {
+            let list = m.json(&["agent", "ls", "-o", "json"]);
+            let alive = list
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|a| a["state"] == "alive")
+                .count();
+            alive == agents
+        },
+    );
+
+    let runs = root.join("runs");
+    let load = Arc::new(Load::default());
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|n| {
+            let (ports, token, runs, load) =
+                (m.ports.clone(), m.token.clone(), runs.clone(), load.clone());
+            std::thread::spawn(move || client(n, ports, token, runs, load))
+        })
+        .collect();
+    let acknowledged = |load: &Load| load.acknowledged.lock().unwrap().len();
+    let under_way = |load: &Arc<Load>, more: usize| {
+        let load = load.clone();
+        let from = acknowledged(&load);
+        common::eventually(
+            "more sessions acknowledged",
+            Duration::from_secs(60),
+            move || acknowledged(&load) >= from + more,
+        )
+    };
+    under_way(&load, 40);
+
+    // SIGKILL the owner of the most groups.
+    let (killed, theirs) = busiest_owner(&m, &store.list_leases().await.unwrap());
+    assert!(!theirs.is_empty());
+    load.avoid.lock().unwrap().insert(killed);
+    drop(m.procs[killed].take());
+    assert_moved(&m, &theirs, Instant::now(), "killed").await;
+    under_way(&load, 40);
+
+    // SIGSTOP the owner of the most of what is left; resumed, it writes nothing for them.
+    let (paused, theirs) = busiest_owner(&m, &store.list_leases().await.unwrap());
+    assert!(!theirs.is_empty() && paused != killed);
+    load.avoid.lock().unwrap().insert(paused);
+    let pid = m.procs[paused].as_ref().unwrap().0.id() as i32;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    m.paused = Some(paused);
+    assert_moved(&m, &theirs, Instant::now(), "paused").await;
+    under_way(&load, 40);
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    m.paused = None;
+    load.avoid.lock().unwrap().remove(&paused);
+    under_way(&load, 40);
+    load.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
+    }
+
+    // Every acknowledged session is there and succeeded, placed once.
+    let ids = load.acknowledged.lock().unwrap().clone();
+    let records = corral_testkit::eventually_async(
+        "every acknowledged session succeeded",
+        Duration::from_secs(180),
+        || {
+            let (store, ids) = (store.clone(), ids.clone());
+            async move {
+                let mut records = Vec::new();
+                for id in &ids {
+                    let record = store.get_session(id).await.unwrap()?;
+                    if record.session.state != corral_core::SessionState::Succeeded {
+                        return None;
+                    }
+                    records.push(record);
+                }
+                Some(records)
+            }
+        },
+    )
+    .await;
+    for r in &records {
+        let placed = r
+            .history
+            .iter()
+            .filter(|h| h.state == corral_core::SessionState::Scheduled)
+            .count();
+        assert_eq!(
+            placed, 1,
+            "{} placed {placed} times: {:?}",
+            r.session.id.0, r.history
+        );
+    }
+    // Run once each, and one at a time on each agent (one CPU each).
+    let mut marks: HashMap<String, (Vec<u128>, Vec<u128>)> = HashMap::new();
+    for line in std::fs::read_to_string(&runs).unwrap().lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let entry = marks.entry(fields[1].to_string()).or_default();
+        let at: u128 = fields[2].parse().unwrap();
+        match fields[0] {
+            "start" => entry.0.push(at),
+            _ => entry.1.push(at),
+        }
+    }
+    let mut by_agent: HashMap<String, Vec<(u128, u128, String)>> = HashMap::new();
+    for r in &records {
+        let id = &r.session.id.0;
+        let (starts, ends) = marks.get(id).cloned().unwrap_or_default();
+        assert!(
+            starts.len() == 1 && ends.len() == 1,
+            "session {id} ran {} times",
+            starts.len()
+        );
+        let agent = r.session.agent.clone().unwrap().0;
+        by_agent
+            .entry(agent)
+            .or_default()
+            .push((starts[0], ends[0], id.clone()));
+    }
+    for (agent, mut runs) in by_agent {
+        runs.sort();
+        for pair in runs.windows(2) {
+            assert!(
+                pair[1].0 >= pair[0].1,
+                "agent {agent} ran {} and {} at once",
+                pair[0].2,
+                pair[1].2
+            );
+        }
+    }
+    let launched = launched(&state);
+    assert_each_launched_once(&launched);
+    assert!(launched.len() >= agents, "{launched:?}");
+    eprintln!(
+        "{} sessions acknowledged, all succeeded once; {} launch calls' agents",
+        records.len(),
+        launched.len()
+    );
 }

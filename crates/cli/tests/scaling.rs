@@ -571,3 +571,152 @@ fn instances_that_never_join_back_off_longer_each_time() {
         "{failures:?}"
     );
 }
+
+/// A plugin whose every call fails (a transient error, as a vendor API that is down) while
+/// `$CORRAL_PLUGIN_STATE/down` exists, and that passes calls to the Python example of
+/// docs/plugins.md otherwise. Each call is recorded as "<ms since the epoch> <op>".
+const OUTAGE_PLUGIN: &str = r#"#!/bin/sh
+input=$(cat)
+op=$(printf '%s' "$input" | sed -n 's/.*"op": *"\([a-z_]*\)".*/\1/p')
+echo "$(date +%s%3N) $op" >> "$CORRAL_PLUGIN_STATE/calls"
+if [ -e "$CORRAL_PLUGIN_STATE/down" ]; then
+    echo '{"error": {"class": "transient", "message": "injected outage"}}'
+    exit 0
+fi
+printf '%s' "$input" | exec python3 "$EXAMPLE"
+"#;
+
+/// The seconds and the count of "backs off for S s (failure N in a row)".
+fn backoff_of(message: &str) -> Option<(u64, u64)> {
+    let secs = message.split("backs off for ").nth(1)?.split(' ').next()?;
+    let count = message.split("(failure ").nth(1)?.split(' ').next()?;
+    Some((secs.parse().ok()?, count.parse().ok()?))
+}
+
+/// The vendor's API fails every call for a whole minute, and the manager is killed and started
+/// again in the middle of it: the template backs off, doubling up to its maximum and never
+/// above, the backoff survives the restart (the failures go on counting), the plugin is called
+/// a few times rather than hammered, and once the API is back the waiting session runs.
+#[test]
+fn a_provider_failing_every_call_for_a_minute_backs_off_never_above_its_maximum() {
+    const OUTAGE: std::time::Duration = std::time::Duration::from_secs(60);
+    const MAX_BACKOFF: u64 = 8;
+    let mut c = Cluster::start(5);
+    let state = c.dir.path().join("plugin");
+    std::fs::create_dir(&state).unwrap();
+    let plugin = state.join("outage.sh");
+    std::fs::write(&plugin, OUTAGE_PLUGIN).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(state.join("down"), "").unwrap();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/plugins/local_agents.py")
+        .canonicalize()
+        .unwrap();
+    let provider = json!({
+        "name": "exec",
+        "options": {
+            "command": plugin,
+            "env": {
+                "CORRAL_BINARY": CORRAL,
+                "CORRAL_PLUGIN_STATE": state,
+                "EXAMPLE": example,
+            },
+            "timeout_secs": 30,
+        },
+        "launch": {"max_provisioning_secs": 60, "reconcile_secs": 2,
+                   "backoff_initial_secs": 1, "backoff_max_secs": MAX_BACKOFF},
+    });
+    let file = c.dir.path().join("group.json");
+    std::fs::write(&file, group(provider).to_string()).unwrap();
+    ok(c.cli(&["group", "create", "auto", "--file", file.to_str().unwrap()]));
+    let session = c.submit(&["--group", "auto", "--request", "cpu=1", "--", "true"]);
+
+    let failures = |c: &Cluster| -> Vec<(u64, u64)> {
+        events(c)
+            .iter()
+            .filter(|e| e["kind"] == "launch_failed")
+            .filter_map(|e| backoff_of(e["message"].as_str().unwrap_or_default()))
+            .collect()
+    };
+    c.until("a first failed launch", || {
+        (!failures(&c).is_empty()).then_some(())
+    });
+    let outage = std::time::Instant::now();
+    // Well into the backoff's maximum, the manager crashes and comes back.
+    let before_restart = c.until_for(40, "the backoff at its maximum", || {
+        let f = failures(&c);
+        f.last()
+            .is_some_and(|&(secs, _)| secs == MAX_BACKOFF)
+            .then_some(f)
+    });
+    c.kill_server();
+    c.start_server();
+    let after_restart = c.until_for(30, "a failed launch after the restart", || {
+        let f = failures(&c);
+        (f.len() > before_restart.len()).then_some(f)
+    });
+    let (secs, count) = after_restart[before_restart.len()];
+    let (_, count_before) = *before_restart.last().unwrap();
+    assert_eq!(
+        (secs, count),
+        (MAX_BACKOFF, count_before + 1),
+        "the restarted manager goes on from the kept backoff, not from the first"
+    );
+    // The rest of the minute: the outage's length, what the test is about.
+    while outage.elapsed() < OUTAGE {
+        assert_eq!(
+            c.listed(&session)["state"],
+            "pending",
+            "the session waits while the provider fails"
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+    std::fs::remove_file(state.join("down")).unwrap();
+    c.until_for(
+        60,
+        "the session succeeded once the provider is back",
+        || (c.listed(&session)["state"] == "succeeded").then_some(()),
+    );
+
+    // Doubling from 1 s up to the maximum, and never above it.
+    let all = failures(&c);
+    let secs: Vec<u64> = all.iter().map(|&(s, _)| s).collect();
+    assert_eq!(secs[..4], [1, 2, 4, 8], "{secs:?}");
+    assert!(secs.iter().all(|&s| s <= MAX_BACKOFF), "{secs:?}");
+    let counts: Vec<u64> = all.iter().map(|&(_, n)| n).collect();
+    assert_eq!(
+        counts,
+        (1..=counts.len() as u64).collect::<Vec<_>>(),
+        "one count of failures in a row, through the restart"
+    );
+    // The launch calls of the minute, and how far apart.
+    let calls = std::fs::read_to_string(state.join("calls")).unwrap();
+    let launches: Vec<u64> = calls
+        .lines()
+        .filter(|l| l.ends_with(" launch"))
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    let failed = launches.len() - 1;
+    assert_eq!(failed, all.len(), "every failed launch call said so");
+    // 1 + 2 + 4 + 8 s, then one call each 8 s: about 10 in the minute.
+    assert!(
+        (8..=12).contains(&failed),
+        "{failed} failed launch calls in {} s",
+        OUTAGE.as_secs()
+    );
+    // Each call comes when the backoff before it ends: never within it, and soon after it (the
+    // restart included), the last one the launch that went through.
+    let gaps: Vec<u64> = launches.windows(2).map(|p| p[1] - p[0]).collect();
+    eprintln!(
+        "{failed} failed launch calls in {} s, backing off {secs:?} s, {gaps:?} ms apart",
+        OUTAGE.as_secs(),
+    );
+    assert_eq!(gaps.len(), secs.len());
+    for (gap_ms, backoff) in gaps.iter().zip(&secs) {
+        assert!(
+            (backoff * 1000 - 100..=backoff * 1000 + 3000).contains(gap_ms),
+            "launch calls {gap_ms} ms apart after a backoff of {backoff} s: {gaps:?}"
+        );
+    }
+}

@@ -162,6 +162,23 @@ impl Governor {
         limits
     }
 
+    /// The next instant after `now` at which [`Governor::limits`] will allow more: a backoff
+    /// ends, or a launch leaves the budget window. A pass then may launch what waits.
+    pub fn next_release(&self, settings: &LaunchSettings, now: Timestamp) -> Option<Timestamp> {
+        let window_ms = (settings.budget_window_secs as i64) * 1000;
+        self.templates
+            .values()
+            .flat_map(|health| {
+                let leaves = health
+                    .recent
+                    .iter()
+                    .map(|(at, _)| Timestamp(at.0 + window_ms));
+                health.blocked_until.into_iter().chain(leaves)
+            })
+            .filter(|&at| at > now)
+            .min()
+    }
+
     /// `count` instances of `template` were asked for at `now`.
     pub fn launched(
         &mut self,
@@ -274,6 +291,32 @@ mod tests {
             "fatal: longest at once"
         );
         assert!(g.limits(&s, t(0)).contains_key("b"));
+    }
+
+    #[test]
+    fn the_next_release_is_the_first_backoff_or_budget_to_end() {
+        let s = LaunchSettings {
+            backoff_initial_secs: 10,
+            budget: 5,
+            budget_window_secs: 60,
+            ..LaunchSettings::default()
+        };
+        let mut g = Governor::default();
+        assert_eq!(g.next_release(&s, t(0)), None, "nothing held");
+        g.failed(&s, "a", false, "no room", t(0));
+        assert_eq!(g.next_release(&s, t(1)), Some(t(10)));
+        g.launched(&s, "b", 5, t(5));
+        assert_eq!(
+            g.next_release(&s, t(6)),
+            Some(t(10)),
+            "the backoff ends first"
+        );
+        assert_eq!(
+            g.next_release(&s, t(10)),
+            Some(t(65)),
+            "then b's launches leave"
+        );
+        assert_eq!(g.next_release(&s, t(65)), None);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 use crate::api::openapi::{Binary, ErrorResponse, LogStream, Name, SessionPath};
 use std::path::{Path as FsPath, PathBuf};
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -20,6 +21,8 @@ use corral_core::{
 use corral_store::{Heard, NewEvent, Role, SessionFilter, SessionRecord};
 use serde::Deserialize;
 use serde_json::json;
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 
 use crate::auth::{create_token, AgentCaller, Caller, Joiner};
 use crate::error::ApiError;
@@ -301,11 +304,12 @@ async fn sync(
 ) -> Result<Json<SyncResponse>> {
     acts_as(&caller, &id)?;
     let now = now();
-    let heard = app
-        .store
-        .touch_agent(&id, now)
-        .await?
-        .ok_or_else(|| ApiError::not_found("agent", &id))?;
+    let heartbeat = app.heartbeats.heard(&id, now);
+    // Listening before anything is read: a placement made from here on wakes this sync.
+    let waker = app.control.agents.waker(&id);
+    let mut woken = std::pin::pin!(waker.notified());
+    woken.as_mut().enable();
+    let heard = heard(&app, &id, &req).await?;
     if heard.state == AgentState::Terminated {
         // It was let go: it should run nothing.
         return Ok(Json(SyncResponse {
@@ -313,22 +317,60 @@ async fn sync(
             ..SyncResponse::default()
         }));
     }
+    if heard.state == AgentState::Lost {
+        // Back: its heartbeat is written before it counts as alive again, or the liveness
+        // watch would find it silent still.
+        app.heartbeats.written(heartbeat, &app.store).await?;
+    }
     crate::image_update::reported(&app, &id, &heard, &req, now).await?;
-    let mut answer = answer(&app, &id, &heard, &req, now).await?;
+    let mut answer = answer(&app, &id, &heard, &req, now, &waker, woken).await?;
     answer.images = crate::image_update::order(&app, &heard).await?;
     let policy = app.policies.policy(&app.store, &heard.group).await?;
     answer.on_disconnect = policy.map(|p| p.on_disconnect).unwrap_or_default();
+    // Answered only once the database knows it heard the agent: the agent counts its fence
+    // from this sync.
+    app.heartbeats.written(heartbeat, &app.store).await?;
     Ok(Json(answer))
+}
+
+/// The agent as its sync finds it. An idle sync (nothing to report, nothing asked) goes by what
+/// an earlier idle sync read, until the agent is woken or half of `lost_after` has passed
+/// ([`crate::agent_slots`]); other syncs read the database.
+async fn heard(app: &App, id: &str, req: &SyncRequest) -> Result<Heard> {
+    let idle = req.sessions.is_empty()
+        && !req.draining
+        && req.images.is_none()
+        && req.image_problems.is_empty()
+        && req.update_failed.is_none();
+    let seen = match app.control.agents.remembered(id, app.lost_after / 2) {
+        Ok(heard) if idle => return Ok(heard),
+        Ok(_) => None,
+        Err(seen) => Some(seen),
+    };
+    let heard = app
+        .store
+        .heard_agent(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("agent", id))?;
+    // A lost or terminated agent's sync changes it, or is answered apart: never kept.
+    if let Some(seen) = seen.filter(|_| idle) {
+        if matches!(heard.state, AgentState::Alive | AgentState::Marked) {
+            app.control.agents.remember(id, heard.clone(), seen);
+        }
+    }
+    Ok(heard)
 }
 
 /// What the sync of agent `id` (not terminated) answers, once it is heard: its reports
 /// recorded, what to start, stop, and whether to leave or update.
-async fn answer(
+async fn answer<'w>(
     app: &App,
     id: &str,
     heard: &Heard,
     req: &SyncRequest,
     now: Timestamp,
+    waker: &'w Notify,
+    mut woken: Pin<&mut Notified<'w>>,
 ) -> Result<SyncResponse> {
     let id = id.to_string();
     let (state, external) = (heard.state, heard.external);
@@ -471,13 +513,18 @@ async fn answer(
         }
     }
     // Running sessions the agent no longer reports are gone (it restarted without them).
+    // An agent that holds nothing has none: most idle syncs read no more.
     let filter = SessionFilter {
         agent: Some(id.clone()),
         state: Some(SessionState::Running),
         limit: Some(1000),
         ..Default::default()
     };
-    for gone in app.store.list_sessions(&filter).await? {
+    let holding = match heard.holds {
+        true => app.store.list_sessions(&filter).await?,
+        false => Vec::new(),
+    };
+    for gone in holding {
         let sid = gone.session.id.0.as_str();
         if !running.iter().any(|r| r == sid) && !req.sessions.iter().any(|r| r.id == sid) {
             app.store
@@ -514,13 +561,14 @@ async fn answer(
         });
     }
 
-    let waker = app.control.agent_waker(&id);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(req.wait_secs).min(MAX_WAIT);
-    let mut woken = false;
+    // Nothing was placed on an agent that held nothing when it was read; what is placed later
+    // wakes this sync.
+    let mut may_have_work = heard.holds;
+    let mut again = false;
     loop {
-        let notified = waker.notified();
         // Dismissed while the sync waited: told now, not a heartbeat later.
-        if woken && external {
+        if again && external {
             if let Some(reason) = crate::external::dismissal(app, &id, state, now).await? {
                 stop.extend(running);
                 return Ok(SyncResponse {
@@ -531,8 +579,11 @@ async fn answer(
                 });
             }
         }
-        woken = true;
-        let start = assignments(app, &id, &running).await?;
+        again = true;
+        let start = match may_have_work {
+            true => assignments(app, &id, &running).await?,
+            false => Vec::new(),
+        };
         if !start.is_empty() || !stop.is_empty() || tokio::time::Instant::now() >= deadline {
             return Ok(SyncResponse {
                 start,
@@ -541,7 +592,10 @@ async fn answer(
                 ..SyncResponse::default()
             });
         }
-        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+        if tokio::time::timeout_at(deadline, woken.as_mut())
+            .await
+            .is_err()
+        {
             return Ok(SyncResponse {
                 start,
                 stop,
@@ -549,6 +603,10 @@ async fn answer(
                 ..SyncResponse::default()
             });
         }
+        // Listening again before the next read, as at the start.
+        woken.set(waker.notified());
+        woken.as_mut().enable();
+        may_have_work = true;
     }
 }
 
@@ -1144,6 +1202,9 @@ pub async fn watch_liveness(app: App) {
 }
 
 async fn check_liveness(app: &App) -> Result<(), corral_store::StoreError> {
+    // Judged on every heartbeat this manager heard; another manager's are at most a write
+    // interval late, far below `lost_after`.
+    app.heartbeats.write(&app.store).await?;
     let now = now();
     let ago = |d: Duration| Timestamp(now.0 - i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     let release_after = corral_core::disconnect::release_after(app.lost_after);

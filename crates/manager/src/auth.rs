@@ -311,9 +311,16 @@ pub async fn create_bootstrap_token(
 /// the prefix is still compared in constant time, so no comparison in Rust depends on a
 /// secret's bytes.
 #[derive(Default)]
-pub struct TokenCache(
-    std::sync::Mutex<std::collections::HashMap<String, (String, Caller, std::time::Instant)>>,
-);
+pub struct TokenCache(std::sync::Mutex<Cached>);
+
+#[derive(Default)]
+struct Cached {
+    /// By [`cache_key`]: the whole hash, who it is, when it was found valid.
+    tokens: std::collections::HashMap<String, (String, Caller, std::time::Instant)>,
+    /// When expired entries were last dropped: once per `TOKEN_TTL`, not at every insert (with
+    /// thousands of agents' tokens, a scan at each would cost more than the lookups save).
+    pruned: Option<std::time::Instant>,
+}
 
 const TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -325,27 +332,33 @@ fn cache_key(hash: &str) -> &str {
 impl TokenCache {
     fn get(&self, hash: &str) -> Option<Caller> {
         use subtle::ConstantTimeEq;
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let (stored, caller, at) = map.get(cache_key(hash))?;
+        let cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let (stored, caller, at) = cached.tokens.get(cache_key(hash))?;
         let same: bool = stored.as_bytes().ct_eq(hash.as_bytes()).into();
         (same && at.elapsed() < TOKEN_TTL).then(|| caller.clone())
     }
 
     /// Drops a revoked token at once (other managers' caches keep it up to `TOKEN_TTL`).
     pub fn forget(&self, hash: &str) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if map
+        let mut cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if cached
+            .tokens
             .get(cache_key(hash))
             .is_some_and(|(stored, _, _)| stored == hash)
         {
-            map.remove(cache_key(hash));
+            cached.tokens.remove(cache_key(hash));
         }
     }
 
     fn put(&self, hash: String, caller: Caller) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, (_, _, at)| at.elapsed() < TOKEN_TTL);
-        map.insert(
+        let mut cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if cached.pruned.is_none_or(|at| at.elapsed() >= TOKEN_TTL) {
+            cached
+                .tokens
+                .retain(|_, (_, _, at)| at.elapsed() < TOKEN_TTL);
+            cached.pruned = Some(std::time::Instant::now());
+        }
+        cached.tokens.insert(
             cache_key(&hash).to_string(),
             (hash, caller, std::time::Instant::now()),
         );

@@ -11,6 +11,7 @@ use corral_store::{Applied, Backend, Fence, Lease, Store, StoreError, Wake};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::agent_slots::AgentSlots;
 use crate::changes::Changes;
 use crate::leases::Leases;
 use crate::metrics::{GroupLabels, Metrics, PassLabels, RejectionLabels, TemplateLabels};
@@ -32,8 +33,9 @@ pub struct Control {
     terms: AtomicU64,
     /// What admission at submit reads, per group.
     pub views: Views,
-    /// Per agent, woken when something is placed on it (its sync may be waiting).
-    agents: Mutex<HashMap<String, Arc<Notify>>>,
+    /// Per agent, woken when something is placed on it (its sync may be waiting), and what its
+    /// idle syncs read.
+    pub agents: AgentSlots,
     /// Per session someone waits on (a blocking read), bumped when it changes.
     pub sessions: Arc<Changes>,
     /// What `GET /metrics` shows.
@@ -58,7 +60,7 @@ impl Control {
             owned: Mutex::default(),
             terms: AtomicU64::new(0),
             views: Views::default(),
-            agents: Mutex::default(),
+            agents: AgentSlots::default(),
             sessions: Arc::default(),
             metrics: Arc::default(),
             driver_config,
@@ -160,12 +162,6 @@ impl Control {
         Ok(())
     }
 
-    /// What an agent's waiting sync listens to.
-    pub fn agent_waker(&self, agent: &str) -> Arc<Notify> {
-        let mut agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
-        agents.entry(agent.to_string()).or_default().clone()
-    }
-
     /// Something changed for `agent`: answer its waiting sync now, wherever it waits.
     pub fn wake_agent(&self, agent: &str) {
         self.wake_agents(&[agent]);
@@ -174,7 +170,7 @@ impl Control {
     /// [`Control::wake_agent`] for each of `agents`, with one word to the other managers.
     pub fn wake_agents(&self, agents: &[&str]) {
         for agent in agents {
-            self.agent_waker(agent).notify_waiters();
+            self.agents.wake(agent);
         }
         if !agents.is_empty() {
             self.tell_others(Wake::Agents(agents.iter().map(|a| a.to_string()).collect()));
@@ -183,10 +179,7 @@ impl Control {
 
     /// Another manager placed something on `agent`: answer its sync if it waits here.
     pub(crate) fn wake_agent_if_waiting(&self, agent: &str) {
-        let agents = self.agents.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(waker) = agents.get(agent) {
-            waker.notify_waiters();
-        }
+        self.agents.wake_if_known(agent);
     }
 
     /// The group was deleted, or its lease lost or handed over: its worker stops at its next

@@ -65,6 +65,18 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(StatusCode::FORBIDDEN, "forbidden", message)
     }
+
+    /// The database did not answer (`why`): nothing was written, and the same request may go
+    /// through in a moment (503 with `Retry-After`).
+    pub fn store_unavailable(why: impl std::fmt::Display) -> Self {
+        tracing::warn!(error = %why, "the store is unavailable");
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            format!("the database is unavailable ({why}); try again in {STORE_RETRY_SECS} s"),
+        )
+        .with_details(json!({"retry_after_secs": STORE_RETRY_SECS}))
+    }
 }
 
 /// What a 503 of an unavailable store tells clients to wait (`Retry-After`).
@@ -79,15 +91,7 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Refused(_) => ApiError::new(StatusCode::CONFLICT, "refused", e.to_string()),
             // Nothing was written: the same request may go through in a moment.
-            _ if e.is_unavailable() => {
-                tracing::warn!(error = %e, "the store is unavailable");
-                ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store_unavailable",
-                    format!("the database is unavailable ({e}); try again in {STORE_RETRY_SECS} s"),
-                )
-                .with_details(json!({"retry_after_secs": STORE_RETRY_SECS}))
-            }
+            _ if e.is_unavailable() => ApiError::store_unavailable(&e),
             _ => {
                 tracing::error!(error = %e, "store failure");
                 ApiError::new(

@@ -3,6 +3,7 @@
 
 mod activity;
 mod agent_builds;
+mod agent_slots;
 mod agent_update;
 pub mod agents;
 pub mod api;
@@ -15,6 +16,7 @@ pub mod error;
 mod external;
 mod extract;
 mod health;
+mod heartbeats;
 pub mod history;
 mod image_update;
 pub mod leases;
@@ -193,6 +195,8 @@ pub struct App {
     policies: Arc<views::Policies>,
     /// Each group's registry accounts, as agents' syncs read them.
     registry_logins: Arc<registry_logins::Logins>,
+    /// When agents were heard, written in batches.
+    heartbeats: Arc<heartbeats::Heartbeats>,
     /// On SQLite: this manager's hold on its data directory ([`single`]).
     _data_dir_lock: Option<Arc<single::DataDirLock>>,
 }
@@ -220,7 +224,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
     let (secrets, created_key) = secrets::SecretKey::load(&config.secrets_key, &config.data_dir)?;
     let secrets = Arc::new(secrets);
     let store = match &config.database_url {
-        Some(url) => Store::open(url).await?,
+        Some(url) => Store::open_with(url, config.lease).await?,
         None => Store::open_sqlite_dir(&config.data_dir).await?,
     };
     auth::bootstrap_admin(&store, &config.data_dir, now()).await?;
@@ -256,8 +260,13 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         batch_sessions: Arc::default(),
         policies: Arc::default(),
         registry_logins: Arc::default(),
+        heartbeats: Arc::default(),
         _data_dir_lock: data_dir_lock.map(Arc::new),
     };
+    tokio::spawn(heartbeats::keep_writing(
+        app.heartbeats.clone(),
+        app.store.clone(),
+    ));
     tokio::spawn(agents::watch_liveness(app.clone()));
     tokio::spawn(agents::watch_termination(app.clone()));
     tokio::spawn(batch_sessions::follow(app.clone()));

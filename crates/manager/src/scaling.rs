@@ -80,6 +80,12 @@ impl GroupDriver {
         g.0.limits(&g.1, now)
     }
 
+    /// When a template's backoff or budget next lets more be launched.
+    fn next_release(&self, now: Timestamp) -> Option<Timestamp> {
+        let g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.next_release(&g.1, now)
+    }
+
     /// A pass decided these launches: they count against the templates' budgets.
     pub fn launched(&self, launches: &[corral_core::Launch], now: Timestamp) {
         let mut g = self.governor.lock().unwrap_or_else(|p| p.into_inner());
@@ -153,6 +159,8 @@ pub(crate) async fn drive(
         provider_name: String::new(),
         joins_seen_until: now(),
     };
+    // The next end of a backoff (or of a budget window) the driver waits for.
+    let mut release = None;
     loop {
         let wait = match driver.round(&control).await {
             Ok(wait) => wait,
@@ -171,9 +179,22 @@ pub(crate) async fn drive(
         if !control.runs(&driver.group, term) {
             return;
         }
+        // A backoff that ends (during the round, or while the driver waits) lets a pass launch
+        // what waits then, not at its next tick.
+        if release.take().is_some_and(|at| now() >= at) {
+            control.wake(&driver.group);
+        }
+        release = driver.me.next_release(now());
+        let wait = release.map_or(wait, |at| {
+            wait.min(Duration::from_millis(now().ms_until(at)))
+        });
         tokio::select! {
             _ = driver.me.notify.notified() => {}
             _ = tokio::time::sleep(wait) => {}
+        }
+        if release.is_some_and(|at| now() >= at) {
+            release = None;
+            control.wake(&driver.group);
         }
     }
 }

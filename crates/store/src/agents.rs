@@ -27,7 +27,7 @@ pub struct Removed {
     pub released: Vec<String>,
 }
 
-/// An agent as its sync finds it ([`Store::touch_agent`]).
+/// An agent as its sync finds it ([`Store::heard_agent`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heard {
     pub state: AgentState,
@@ -35,6 +35,8 @@ pub struct Heard {
     pub group: String,
     /// Marked to update itself.
     pub updating: bool,
+    /// Holds sessions (placed on it, or running there).
+    pub holds: bool,
 }
 
 pub(crate) fn agent_from_row(row: &AnyRow) -> Result<Agent> {
@@ -215,16 +217,17 @@ impl Store {
 }
 
 impl Store {
-    /// An agent was heard from: its heartbeat time is now. What its sync goes by, or `None` if
-    /// there is no such agent.
-    pub async fn touch_agent(&self, id: &str, now: Timestamp) -> Result<Option<Heard>> {
+    /// An agent as its sync finds it, or `None` if there is no such agent. A read: when it
+    /// was heard is written apart, many agents at once ([`Store::touch_agents`]).
+    pub async fn heard_agent(&self, id: &str) -> Result<Option<Heard>> {
         let row = sqlx::query(
-            "UPDATE agents SET last_seen = $2 WHERE id = $1 \
-             RETURNING state, external, group_name, updating",
+            "SELECT state, external, group_name, updating, \
+             EXISTS (SELECT 1 FROM sessions s WHERE s.agent = a.id \
+                 AND s.state IN ('scheduled', 'running')) AS holds \
+             FROM agents a WHERE id = $1",
         )
         .bind(id)
-        .bind(now.0)
-        .fetch_optional(&self.write)
+        .fetch_optional(&self.read)
         .await?;
         row.map(|r| {
             let f = Fields::new(&r, "agent", "state")?;
@@ -233,9 +236,34 @@ impl Store {
                 external: f.flag("external")?,
                 group: f.text("group_name")?,
                 updating: f.opt_text("updating")?.is_some(),
+                holds: f.flag("holds")?,
             })
         })
         .transpose()
+    }
+
+    /// Agents were heard from at these times: each one's heartbeat time (`last_seen`) moves
+    /// forward to its time, never back, one statement per 500 agents. Unknown ids are
+    /// passed over.
+    pub async fn touch_agents(&self, heard: &[(String, Timestamp)]) -> Result<()> {
+        for chunk in heard.chunks(crate::sessions::ROWS_PER_STATEMENT) {
+            let values = (0..chunk.len())
+                .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+                .collect::<Vec<_>>()
+                .join(", ");
+            // VALUES names its columns column1, column2 on both databases.
+            let sql = format!(
+                "UPDATE agents SET last_seen = heard.column2 FROM (VALUES {values}) AS heard \
+                 WHERE agents.id = heard.column1 AND agents.last_seen < heard.column2"
+            );
+            // Only placeholders are formatted in; the values are bound.
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (id, at) in chunk {
+                query = query.bind(id.as_str()).bind(at.0);
+            }
+            query.execute(&self.write).await?;
+        }
+        Ok(())
     }
 
     /// Agents taking part (alive or marked) that have not been heard from since `before`.

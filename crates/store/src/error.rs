@@ -93,8 +93,14 @@ impl StoreError {
             sqlx::Error::Database(db) => db.code().is_some_and(|code| {
                 match code.len() {
                     // PostgreSQL's SQLSTATE: connection exceptions (08), the server shutting
-                    // down or starting (57P01-57P03), too many connections (53300).
-                    5 => code.starts_with("08") || code.starts_with("57P") || code == "53300",
+                    // down or starting (57P01-57P03), too many connections (53300), a session
+                    // ended for idling in its transaction (25P03).
+                    5 => {
+                        code.starts_with("08")
+                            || code.starts_with("57P")
+                            || code == "53300"
+                            || code == "25P03"
+                    }
                     // SQLite's (extended) result code: BUSY or LOCKED.
                     _ => code.parse::<u32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6)),
                 }

@@ -62,6 +62,61 @@ pub(crate) async fn check(tx: &mut Tx, fence: &Fence) -> Result<()> {
     Ok(())
 }
 
+/// [`Store::take_lease`]'s statements, in its transaction.
+async fn take_in(
+    tx: &mut Tx,
+    group: &str,
+    owner: &str,
+    now: Timestamp,
+    expires_at: Timestamp,
+    force: bool,
+) -> Result<Option<Lease>> {
+    // `WHERE` in the SELECT also keeps SQLite's parser from reading ON CONFLICT as a join.
+    let created = sqlx::query(
+        "INSERT INTO group_leases (group_name, owner, epoch, expires_at) \
+         SELECT name, $2, 1, $3 FROM groups WHERE name = $1 \
+         ON CONFLICT (group_name) DO NOTHING",
+    )
+    .bind(group)
+    .bind(owner)
+    .bind(expires_at.0)
+    .execute(&mut **tx)
+    .await?
+    .rows_affected()
+        > 0;
+    let taken = created
+        || sqlx::query(
+            "UPDATE group_leases SET owner = $2, epoch = epoch + 1, expires_at = $3 \
+             WHERE group_name = $1 AND (expires_at <= $4 OR $5)",
+        )
+        .bind(group)
+        .bind(owner)
+        .bind(expires_at.0)
+        .bind(now.0)
+        .bind(force)
+        .execute(&mut **tx)
+        .await?
+        .rows_affected()
+            > 0;
+    if !taken {
+        return Ok(None);
+    }
+    sqlx::query(
+        "SELECT group_name, owner, epoch, expires_at FROM group_leases WHERE group_name = $1",
+    )
+    .bind(group)
+    .fetch_optional(&mut **tx)
+    .await?
+    .as_ref()
+    .map(lease_of)
+    .transpose()
+}
+
+/// PostgreSQL's `lock_not_available`: a lock waited for past `lock_timeout`.
+fn is_lock_timeout(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
+}
+
 fn lease_of(row: &sqlx::any::AnyRow) -> Result<Lease> {
     let f = Fields::new(row, "lease", "group_name")?;
     Ok(Lease {
@@ -95,48 +150,22 @@ impl Store {
         force: bool,
     ) -> Result<Option<Lease>> {
         let mut tx = self.write_tx().await?;
-        // `WHERE` in the SELECT also keeps SQLite's parser from reading ON CONFLICT as a join.
-        let created = sqlx::query(
-            "INSERT INTO group_leases (group_name, owner, epoch, expires_at) \
-             SELECT name, $2, 1, $3 FROM groups WHERE name = $1 \
-             ON CONFLICT (group_name) DO NOTHING",
-        )
-        .bind(group)
-        .bind(owner)
-        .bind(expires_at.0)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected()
-            > 0;
-        let taken = created
-            || sqlx::query(
-                "UPDATE group_leases SET owner = $2, epoch = epoch + 1, expires_at = $3 \
-                 WHERE group_name = $1 AND (expires_at <= $4 OR $5)",
-            )
-            .bind(group)
-            .bind(owner)
-            .bind(expires_at.0)
-            .bind(now.0)
-            .bind(force)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
-                > 0;
-        let lease = match taken {
-            true => sqlx::query(
-                "SELECT group_name, owner, epoch, expires_at FROM group_leases \
-                 WHERE group_name = $1",
-            )
-            .bind(group)
-            .fetch_optional(&mut *tx)
-            .await?
-            .as_ref()
-            .map(lease_of)
-            .transpose()?,
-            false => None,
-        };
-        tx.commit().await?;
-        Ok(lease)
+        if self.backend == crate::Backend::Postgres {
+            // A row locked by the holder's write in progress (perhaps of a paused manager,
+            // whose session the server ends after its idle limit) is not waited for: this
+            // round passes it by, and a later one takes it.
+            sqlx::query("SET LOCAL lock_timeout = 500")
+                .execute(&mut *tx)
+                .await?;
+        }
+        match take_in(&mut tx, group, owner, now, expires_at, force).await {
+            Ok(lease) => {
+                tx.commit().await?;
+                Ok(lease)
+            }
+            Err(StoreError::Database(e)) if is_lock_timeout(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Extends every lease `owner` holds to `expires_at`; the leases it holds now (one taken

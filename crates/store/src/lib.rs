@@ -149,7 +149,17 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0014_leases.sql"),
         include_str!("../migrations/postgres/0014_leases.sql"),
     ),
+    (
+        15,
+        "sessions_by_agent",
+        include_str!("../migrations/sqlite/0015_sessions_by_agent.sql"),
+        include_str!("../migrations/postgres/0015_sessions_by_agent.sql"),
+    ),
 ];
+
+/// PostgreSQL ends a session idle this long within a transaction ([`Store::open_with`]): the
+/// managers' default lease.
+const DEFAULT_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(5);
 
 /// How long a SQLite connection waits for another process's write lock before failing.
 const SQLITE_BUSY_TIMEOUT_MS: u32 = 10_000;
@@ -195,11 +205,20 @@ impl Store {
     /// Opens `sqlite://PATH` (created if missing) or `postgres://...`, and brings the schema up
     /// to date.
     pub async fn open(url: &str) -> Result<Store> {
+        Self::open_with(url, DEFAULT_IDLE_IN_TRANSACTION).await
+    }
+
+    /// [`Store::open`], PostgreSQL's server ending any of this store's sessions that waits
+    /// longer than `idle_in_transaction` for its next statement within a transaction (rolled
+    /// back, its locks let go). A manager paused or cut off in the middle of a fenced write
+    /// holds its group's lease row locked; with its lease as this limit, another manager takes
+    /// the group over within twice the lease. Nothing on SQLite, which has one manager.
+    pub async fn open_with(url: &str, idle_in_transaction: Duration) -> Result<Store> {
         sqlx::any::install_default_drivers();
         let store = if url.starts_with("sqlite:") {
             Self::open_sqlite(url).await?
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Self::open_postgres(url).await?
+            Self::open_postgres(url, idle_in_transaction).await?
         } else {
             return Err(StoreError::BadUrl(url.to_string()));
         };
@@ -285,8 +304,18 @@ impl Store {
         })
     }
 
-    async fn open_postgres(url: &str) -> Result<Store> {
+    async fn open_postgres(url: &str, idle_in_transaction: Duration) -> Result<Store> {
+        let idle_ms = idle_in_transaction.as_millis().max(1);
         let pool = with_clean_release(AnyPoolOptions::new(), false)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    conn.execute(AssertSqlSafe(format!(
+                        "SET idle_in_transaction_session_timeout = {idle_ms}"
+                    )))
+                    .await
+                    .map(drop)
+                })
+            })
             .max_connections(8)
             // A database that is down fails a call after this (503 at the API), rather than
             // holding it for long.

@@ -208,3 +208,62 @@ on_both!(a_groups_governor_is_kept_for_its_next_owner, |db| {
     ));
     assert_eq!(s.governor("g").await.unwrap(), governor);
 });
+
+/// A manager paused in the middle of a fenced write holds its group's lease row locked: the
+/// next manager's takeover does not wait on it (the round passes it by), and once the server
+/// ends the paused session for idling in its transaction, the lease is taken. PostgreSQL only:
+/// SQLite has one manager.
+#[tokio::test]
+async fn a_paused_holders_locked_lease_is_passed_by_then_taken_once_its_session_ends() {
+    use sqlx::{Connection, Executor};
+    let Some(db) = common::Db::postgres("paused_holders_locked_lease").await else {
+        return;
+    };
+    let s = &db.store;
+    s.create_group(&group("g"), t(1)).await.unwrap();
+    s.take_lease("g", "a", t(1000), t(6000), false)
+        .await
+        .unwrap()
+        .unwrap();
+    // Manager a's connection, with the idle limit its store sets (`Store::open_with`): its
+    // fence check locks the row, and then it is paused (nothing more is sent).
+    let idle = std::time::Duration::from_millis(1500);
+    let mut paused = sqlx::AnyConnection::connect(&db.url).await.unwrap();
+    paused
+        .execute("SET idle_in_transaction_session_timeout = 1500")
+        .await
+        .unwrap();
+    paused.execute("BEGIN").await.unwrap();
+    paused
+        .execute("UPDATE group_leases SET epoch = epoch WHERE group_name = 'g'")
+        .await
+        .unwrap();
+
+    // Expired, but locked: passed by at once rather than waited for.
+    let asked = std::time::Instant::now();
+    assert_eq!(
+        s.take_lease("g", "b", t(7000), t(12000), false)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        asked.elapsed() < idle,
+        "waited {:?} on the locked row",
+        asked.elapsed()
+    );
+    // The server ends the paused session; the next round takes the lease.
+    let taken = corral_testkit::eventually_async(
+        "the lease taken once the paused session ends",
+        std::time::Duration::from_secs(10),
+        || async {
+            s.take_lease("g", "b", t(7000), t(12000), false)
+                .await
+                .unwrap()
+        },
+    )
+    .await;
+    assert_eq!((taken.owner.as_str(), taken.epoch), ("b", 2));
+    // The paused manager, resumed, finds its transaction gone: nothing it wrote stays.
+    assert!(paused.execute("COMMIT").await.is_err());
+}

@@ -122,7 +122,7 @@ on_both!(callers_cancelled_midway_leave_no_transaction_open, |db| {
         }
         // A statement of its own, not a transaction (whose BEGIN and COMMIT would close one
         // left open).
-        s.touch_agent("none", t(3))
+        s.touch_agents(&[("none".into(), t(3))])
             .await
             .unwrap_or_else(|e| panic!("a write after {turns} turns: {e}"));
     }

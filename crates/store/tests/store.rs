@@ -2021,6 +2021,64 @@ on_both!(agent_images_are_replaced_per_agent_and_go_with_it, |db| {
 });
 
 on_both!(
+    heartbeats_are_written_many_at_once_and_never_go_back,
+    |db| {
+        let s = &db.store;
+        // More agents than one statement writes.
+        let agents: Vec<Agent> = (0..2500)
+            .map(|i| agent(&format!("a{i}"), "g", "cpu=1"))
+            .collect();
+        populate(s, "g", &agents, &[session("s1", "g", "alice", "cpu=1", 1)]).await;
+        let heard = s.heard_agent("a7").await.unwrap().unwrap();
+        assert_eq!(
+            (
+                heard.state,
+                heard.group.as_str(),
+                heard.holds,
+                heard.updating
+            ),
+            (AgentState::Alive, "g", false, false)
+        );
+        assert_eq!(s.heard_agent("nobody").await.unwrap(), None);
+        let snap = s.snapshot("g", t(3)).await.unwrap();
+        let placed = Decisions {
+            placements: vec![place("s1", "a7", "cpu=1")],
+            ..Default::default()
+        };
+        s.apply("g", &snap, &placed, t(3)).await.unwrap();
+        assert!(s.heard_agent("a7").await.unwrap().unwrap().holds);
+        assert!(!s.heard_agent("a8").await.unwrap().unwrap().holds);
+
+        // Every agent but a0 heard at 50, and an unknown id passed over.
+        let mut seen: Vec<(String, Timestamp)> =
+            (1..2500).map(|i| (format!("a{i}"), t(50))).collect();
+        seen.push(("nobody".into(), t(50)));
+        s.touch_agents(&seen).await.unwrap();
+        let silent = |before| async move {
+            s.silent_agents(t(before))
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|(a, _)| a)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(silent(50).await, ["a0"]);
+        assert_eq!(silent(51).await.len(), 2500);
+        // An older time (a late batch) never takes one back.
+        s.touch_agents(&[("a1".into(), t(20)), ("a0".into(), t(60))])
+            .await
+            .unwrap();
+        assert_eq!(silent(51).await.len(), 2499, "a0 moved forward");
+        assert!(!silent(51).await.contains(&"a0".to_string()));
+        assert!(silent(51).await.contains(&"a1".to_string()), "a1 kept 50");
+        assert!(
+            !silent(50).await.contains(&"a1".to_string()),
+            "a1 not back at 20"
+        );
+    }
+);
+
+on_both!(
     a_lost_agent_keeps_its_sessions_until_they_are_released_or_it_is_removed,
     |db| {
         let s = &db.store;
@@ -2040,8 +2098,9 @@ on_both!(
             ..Default::default()
         };
         s.apply("g", &snap, &placed, t(3)).await.unwrap();
-        s.touch_agent("a1", t(10)).await.unwrap();
-        s.touch_agent("a2", t(10)).await.unwrap();
+        s.touch_agents(&[("a1".into(), t(10)), ("a2".into(), t(10))])
+            .await
+            .unwrap();
 
         // Lost: nothing new lands on it, and its session stays, holding what it held.
         assert_eq!(
