@@ -18,6 +18,10 @@ use serde_json::{json, Value};
 
 const LEASE_SECS: u64 = 2;
 
+/// libfaketime (Debian's `libfaketime`): a process started with it preloaded sees its clock
+/// off by `FAKETIME`.
+const FAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
 /// Records each launch call's agent ids, one line each, then hands the call to the Python
 /// example plugin (real `corral agent` processes on this host). A launch takes 2 s, as a
 /// cloud's API does: long enough for every manager's driver to see the requested instances
@@ -80,6 +84,12 @@ impl Managers {
     /// token and the secrets key the others are given; `None` without PostgreSQL (skipped,
     /// saying so; fails instead under CI=true).
     async fn start(test: &str) -> Option<Managers> {
+        Self::start_with_clocks(test, &[]).await
+    }
+
+    /// As [`Managers::start`], manager `i` of each `(i, offset)` of `clocks` started with its
+    /// clock `offset` off (libfaketime, e.g. `+1h`).
+    async fn start_with_clocks(test: &str, clocks: &[(usize, &str)]) -> Option<Managers> {
         let one_at_a_time = ONE_AT_A_TIME.lock().await;
         let admin = corral_testkit::postgres_admin_url()?;
         let database = corral_store::testing::fresh_database(&admin, test)
@@ -116,6 +126,9 @@ impl Managers {
                     .stderr(Stdio::null());
                 if i > 0 {
                     c.arg("--secrets-key-file").arg(&key);
+                }
+                if let Some((_, offset)) = clocks.iter().find(|(skewed, _)| *skewed == i) {
+                    c.env("LD_PRELOAD", FAKETIME).env("FAKETIME", offset);
                 }
                 c
             };
@@ -166,24 +179,17 @@ impl Managers {
 
     /// A session of `sleep 1` submitted to manager `i`.
     fn submit_to(&self, i: usize, n: usize) -> String {
+        let script = format!("sleep 1; echo session {n}");
+        self.submit_with(i, &["--type", "batch", "--", "sh", "-c", &script])
+    }
+
+    /// A one-CPU session of group `ha`, as `corral session submit ARGS` makes it through
+    /// manager `i`; its id.
+    fn submit_with(&self, i: usize, args: &[&str]) -> String {
         let url = format!("http://127.0.0.1:{}", self.ports[i]);
-        let out = self.cli_at(
-            &url,
-            &[
-                "session",
-                "submit",
-                "--group",
-                "ha",
-                "--request",
-                "cpu=1",
-                "--type",
-                "batch",
-                "--",
-                "sh",
-                "-c",
-                &format!("sleep 1; echo session {n}"),
-            ],
-        );
+        let mut submit = vec!["session", "submit", "--group", "ha", "--request", "cpu=1"];
+        submit.extend_from_slice(args);
+        let out = self.cli_at(&url, &submit);
         assert!(out.status.success(), "{}", text(&out.stderr));
         text(&out.stdout).trim().to_string()
     }
@@ -797,4 +803,185 @@ async fn ten_groups_under_load_move_when_their_owner_is_killed_or_paused() {
         records.len(),
         launched.len()
     );
+}
+
+/// A session's file, its log and its output, as `corral` gets them through manager `i`.
+fn files_through(m: &Managers, i: usize, id: &str) -> (String, String) {
+    let url = format!("http://127.0.0.1:{}", m.ports[i]);
+    let logs = m.cli_at(&url, &["session", "logs", id]);
+    assert!(logs.status.success(), "{}", text(&logs.stderr));
+    let into = m.root.join(format!("outputs-{i}"));
+    let out = m.cli_at(
+        &url,
+        &["session", "outputs", id, "--dir", into.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let output = std::fs::read_to_string(into.join("result/upper.txt")).unwrap_or_default();
+    (text(&logs.stdout), output)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_manager_serves_sessions_files_and_agent_builds() {
+    let Some(m) = Managers::start("cli_ha_files").await else {
+        return;
+    };
+    create_group(&m, recording_provider(&m.root.join("plugin")));
+
+    // The input goes to manager 0; the agent, through the front, fetches it and uploads its
+    // log (in several pieces, as it grows) and output to whichever manager its connections
+    // reach.
+    let input = m.root.join("words.txt");
+    std::fs::write(&input, "alpha\nbeta\ngamma\n").unwrap();
+    let script = "mkdir result; tr a-z A-Z < words.txt > result/upper.txt; \
+                  for i in 1 2 3 4 5 6; do seq 1 4000 | sed \"s/^/piece $i line /\"; \
+                  sleep 0.5; done";
+    let id = m.submit_with(
+        0,
+        &[
+            "--input",
+            input.to_str().unwrap(),
+            "--output",
+            "result/upper.txt",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    common::eventually("the session succeeds", Duration::from_secs(120), || {
+        all_succeeded(&m, std::slice::from_ref(&id))
+    });
+
+    // The same script here gives what the log must hold.
+    let here = m.root.join("here");
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::copy(&input, here.join("words.txt")).unwrap();
+    let expected = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(&here)
+        .output()
+        .unwrap();
+    let expected_log = text(&expected.stdout);
+    assert!(expected_log.len() > 100_000, "{}", expected_log.len());
+    for i in 0..3 {
+        let (log, output) = files_through(&m, i, &id);
+        assert!(
+            log == expected_log,
+            "manager {i} serves a log of {} bytes, not the session's {}",
+            log.len(),
+            expected_log.len()
+        );
+        assert_eq!(output, "ALPHA\nBETA\nGAMMA\n", "through manager {i}");
+    }
+
+    // An agent build put through manager 0 (larger than a row of the database) is served by
+    // each manager; forgotten through manager 2, by none.
+    let build: Vec<u8> = (0..(2 << 20) + 99).map(|i| (i % 253) as u8).collect();
+    let file = m.root.join("corral-build");
+    std::fs::write(&file, &build).unwrap();
+    let url = format!("http://127.0.0.1:{}", m.ports[0]);
+    let put = m.cli_at(
+        &url,
+        &[
+            "agent-build",
+            "put",
+            file.to_str().unwrap(),
+            "--version",
+            "9.9.9",
+            "--platform",
+            "linux-x86_64",
+        ],
+    );
+    assert!(put.status.success(), "{}", text(&put.stderr));
+    corral_api::tls::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let download = |i: usize| {
+        http.get(format!(
+            "http://127.0.0.1:{}/api/v1/agent-builds/9.9.9/linux-x86_64",
+            m.ports[i]
+        ))
+        .bearer_auth(&m.token)
+        .send()
+    };
+    for i in 0..3 {
+        let answer = download(i).await.unwrap();
+        assert_eq!(answer.status(), 200, "through manager {i}");
+        let got = answer.bytes().await.unwrap();
+        assert!(
+            got[..] == build[..],
+            "manager {i} served {} bytes",
+            got.len()
+        );
+    }
+    let gone = format!("http://127.0.0.1:{}", m.ports[2]);
+    let rm = m.cli_at(
+        &gone,
+        &["agent-build", "rm", "9.9.9", "--platform", "linux-x86_64"],
+    );
+    assert!(rm.status.success(), "{}", text(&rm.stderr));
+    assert_eq!(download(1).await.unwrap().status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_whose_clock_is_an_hour_ahead_takes_no_lease_early() {
+    assert!(
+        Path::new(FAKETIME).exists(),
+        "{FAKETIME} is missing: apt-get install libfaketime"
+    );
+    let Some(m) = Managers::start_with_clocks("cli_ha_clock", &[(2, "+1h")]).await else {
+        return;
+    };
+    let ahead = format!("-{}-", m.procs[2].as_ref().unwrap().0.id());
+    let groups: Vec<String> = (0..12).map(|n| format!("c{n}")).collect();
+    for group in &groups {
+        create_group_of(&m, group, 0, recording_provider(&m.root.join("plugin")));
+    }
+    // By its own clock, every other manager's lease expired an hour ago. The leases are
+    // judged by the database's clock instead: each group goes to the manager it belongs with
+    // (which it could not take back from one that holds it for an hour), and the leases of the
+    // manager ahead run out a lease after the database's now, not an hour after.
+    let settled = corral_testkit::eventually_async(
+        "every group leased to the manager it belongs with",
+        Duration::from_secs(60),
+        || {
+            let store = m.store.clone();
+            let groups = &groups;
+            async move {
+                let now = store.clock(corral_core::Timestamp(0)).await.unwrap();
+                let since = corral_core::Timestamp(now.0 - LEASE_SECS as i64 * 1000);
+                let managers = store.live_managers(since).await.unwrap();
+                let leases = store.list_leases().await.unwrap();
+                let placed = groups.iter().all(|g| {
+                    leases.iter().any(|l| {
+                        &l.group == g
+                            && l.expires_at > now
+                            && Some(l.owner.as_str())
+                                == corral_manager::leases::belongs_with(g, &managers)
+                    })
+                });
+                (managers.len() == 3 && placed).then_some(leases)
+            }
+        },
+    )
+    .await;
+    let now = m.store.clock(corral_core::Timestamp(0)).await.unwrap();
+    let limit = now.0 + 2 * LEASE_SECS as i64 * 1000;
+    for lease in &settled {
+        assert!(
+            lease.expires_at.0 <= limit,
+            "{} runs out {} ms after now",
+            lease.group,
+            lease.expires_at.0 - now.0
+        );
+    }
+    // Leases stay where they are: nobody takes a live manager's lease as expired.
+    let before: Vec<(String, i64)> = settled.iter().map(|l| (l.group.clone(), l.epoch)).collect();
+    tokio::time::sleep(Duration::from_secs(3 * LEASE_SECS)).await;
+    let after = m.store.list_leases().await.unwrap();
+    let moved: Vec<&corral_store::Lease> = after
+        .iter()
+        .filter(|l| !before.contains(&(l.group.clone(), l.epoch)))
+        .collect();
+    assert!(moved.is_empty(), "moved meanwhile: {moved:?}");
+    assert!(after.iter().any(|l| l.owner.contains(&ahead)));
 }

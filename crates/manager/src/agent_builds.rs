@@ -1,6 +1,7 @@
 //! The agent builds the manager serves (docs/agent-update.md): an admin uploads a build of
 //! `corral` under its version and platform; agents download it to update themselves. A file is
-//! kept once, under its SHA-256, in the data directory's `agent-builds/`.
+//! kept once, under its SHA-256, with the manager's files ([`crate::files`], scope
+//! `agent-builds`), so every manager on a PostgreSQL database serves it.
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
@@ -10,11 +11,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 use corral_api::agent_builds::AgentBuild;
 use futures_util::StreamExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::api::openapi::{Binary, ErrorResponse};
 use crate::auth::{random_hex, AgentCaller, Caller};
 use crate::error::ApiError;
+use crate::files::AGENT_BUILDS;
 use crate::names::check_version;
 use crate::{now, App};
 use corral_core::openapi::{Platform, Version};
@@ -23,8 +25,6 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 /// Largest build taken: a debug build with line tables is some hundreds of MiB.
 const MAX_BUILD: u64 = 2 << 30;
-/// Pieces a download is sent in.
-const PIECE: usize = 1 << 16;
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -35,7 +35,7 @@ pub fn routes() -> Router<App> {
         )
 }
 
-/// Where builds' files are kept.
+/// Where builds are received before they are kept.
 fn builds_dir(app: &App) -> std::path::PathBuf {
     app.data_dir.join("agent-builds")
 }
@@ -109,16 +109,14 @@ pub(crate) async fn put_build(
     let dir = builds_dir(&app);
     tokio::fs::create_dir_all(&dir).await.map_err(io_error)?;
     let path = dir.join(format!(".partial-{}", random_hex(12)));
-    let mut partial = Partial(Some(path.clone()));
+    let partial = Partial(Some(path.clone()));
     let (sha256, size) = receive(body, &path).await?;
     if size == 0 {
         return Err(ApiError::invalid("body", "the build is empty"));
     }
     // Kept under its digest: the same file under two versions is one file.
-    tokio::fs::rename(&path, dir.join(&sha256))
-        .await
-        .map_err(io_error)?;
-    partial.0 = None;
+    app.files.keep(AGENT_BUILDS, &sha256, &path).await?;
+    drop(partial);
     let build = AgentBuild {
         version,
         platform,
@@ -180,7 +178,13 @@ async fn forget_file_unless_held(app: &App, sha256: &str) {
         .await
         .unwrap_or(true);
     if !held {
-        let _ = tokio::fs::remove_file(builds_dir(app).join(sha256)).await;
+        if let Err(e) = app.files.remove(AGENT_BUILDS, sha256).await {
+            tracing::warn!(
+                sha256,
+                error = e.message,
+                "an agent build's file was not removed"
+            );
+        }
     }
 }
 
@@ -212,16 +216,12 @@ pub(crate) async fn download_build(
     Path((version, platform)): Path<(String, String)>,
 ) -> Result<impl IntoResponse> {
     let build = find_build(&app, &version, &platform).await?;
-    let file = tokio::fs::File::open(builds_dir(&app).join(&build.sha256))
-        .await
-        .map_err(io_error)?;
-    // As it is on disk: the agent finds out if the file was damaged since it was uploaded.
-    let pieces = futures_util::stream::try_unfold(file, |mut file| async move {
-        let mut piece = vec![0; PIECE];
-        let n = file.read(&mut piece).await?;
-        piece.truncate(n);
-        Ok::<_, std::io::Error>((n > 0).then(|| (Bytes::from(piece), file)))
-    });
+    // As it was stored: the agent finds out if the file was damaged since it was uploaded.
+    let pieces = app
+        .files
+        .pieces(AGENT_BUILDS, &build.sha256)
+        .await?
+        .ok_or_else(|| ApiError::not_found("agent build's file", &build.sha256))?;
     Ok((
         [
             ("content-type", "application/octet-stream".to_string()),

@@ -2,7 +2,6 @@
 //! output uploads; and what users read of them: logs and outputs.
 
 use crate::api::openapi::{Binary, ErrorResponse, LogStream, Name, SessionPath};
-use std::path::{Path as FsPath, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -20,13 +19,13 @@ use corral_core::{
 };
 use corral_store::{Heard, NewEvent, Role, SessionFilter, SessionRecord};
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 use crate::auth::{create_token, AgentCaller, Caller, Joiner};
 use crate::error::ApiError;
 use crate::extract::{Body, Query};
+use crate::files::session_scope;
 use crate::names::{check_name, check_relative};
 use crate::{now, App};
 
@@ -618,19 +617,21 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
         limit: Some(1000),
         ..Default::default()
     };
-    Ok(app
-        .store
-        .list_sessions(&filter)
-        .await?
-        .into_iter()
-        .filter(|r| !running.contains(&r.session.id.0))
-        .map(|r| {
-            let spec: crate::api::Spec = serde_json::from_value(r.spec.clone()).unwrap_or_default();
-            (r, spec)
-        })
+    let mut assignments = Vec::new();
+    for r in app.store.list_sessions(&filter).await? {
+        if running.contains(&r.session.id.0) {
+            continue;
+        }
+        let spec: crate::api::Spec = serde_json::from_value(r.spec.clone()).unwrap_or_default();
         // A session starts once every input it names has been uploaded.
-        .filter(|(r, spec)| missing_inputs(app, &r.session.id.0, spec).is_empty())
-        .map(|(r, spec)| Assignment {
+        let missing = app
+            .files
+            .missing(&session_scope(&r.session.id.0), "inputs", &spec.inputs)
+            .await?;
+        if !missing.is_empty() {
+            continue;
+        }
+        assignments.push(Assignment {
             id: r.session.id.0,
             kind: r.session.kind,
             image: r.session.image,
@@ -640,23 +641,9 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
             outputs: spec.outputs,
             allocation: r.allocation.unwrap_or_else(Slots::new),
             devices: r.session.devices,
-        })
-        .collect())
-}
-
-/// The inputs a session names that have not been uploaded yet.
-fn missing_inputs<'a>(app: &App, session: &str, spec: &'a crate::api::Spec) -> Vec<&'a str> {
-    let dir = session_dir(app, session).join("inputs");
-    spec.inputs
-        .iter()
-        .filter(|i| !dir.join(i).is_file())
-        .map(String::as_str)
-        .collect()
-}
-
-/// Where the manager keeps what agents upload for a session.
-pub(crate) fn session_dir(app: &App, session: &str) -> PathBuf {
-    app.data_dir.join("sessions").join(session)
+        });
+    }
+    Ok(assignments)
 }
 
 fn check_stream(stream: &str) -> Result<&'static str> {
@@ -741,18 +728,6 @@ struct LogRead {
     wait_ms: Option<u64>,
 }
 
-/// Serialises appends to one log: the size check and the write happen as one step, so two
-/// copies of a chunk sent at once cannot both pass the check. Striped by session so the lock
-/// table stays small.
-fn log_lock(session: &str) -> &'static tokio::sync::Mutex<()> {
-    use std::hash::{Hash, Hasher};
-    static LOCKS: std::sync::OnceLock<Vec<tokio::sync::Mutex<()>>> = std::sync::OnceLock::new();
-    let locks = LOCKS.get_or_init(|| (0..64).map(|_| tokio::sync::Mutex::new(())).collect());
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    session.hash(&mut h);
-    &locks[(h.finish() % locks.len() as u64) as usize]
-}
-
 /// Appends a chunk to a session's log; `offset` must be the log's current size, so a chunk
 /// sent twice (a retry) is refused rather than written twice.
 #[utoipa::path(
@@ -782,31 +757,9 @@ async fn append_log(
     let file = check_stream(&stream)?;
     let offset = q.position()?;
     let record = writable_session_on(&app, &id, &session).await?;
-    let dir = session_dir(&app, &record.session.id.0);
-    tokio::fs::create_dir_all(&dir).await.map_err(io_error)?;
-    let path = dir.join(file);
-    let _appending = log_lock(&record.session.id.0).lock().await;
-    let size = tokio::fs::metadata(&path)
-        .await
-        .map(|m| m.len())
-        .unwrap_or(0);
-    if size != offset {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "offset",
-            format!("the log has {size} bytes, not {offset}"),
-        )
-        .with_details(json!({"size": size})));
-    }
-    use tokio::io::AsyncWriteExt;
-    let mut f = tokio::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .await
-        .map_err(io_error)?;
-    f.write_all(&body).await.map_err(io_error)?;
-    f.flush().await.map_err(io_error)?;
+    app.files
+        .append(&session_scope(&record.session.id.0), file, offset, &body)
+        .await?;
     app.control.sessions.bump(&record.session.id.0);
     Ok(StatusCode::NO_CONTENT)
 }
@@ -837,7 +790,7 @@ async fn put_input(
     Path((id, path)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<StatusCode> {
-    let rel = check_relative("path", &path)?;
+    check_relative("path", &path)?;
     let record = crate::api::own_session(&app, &caller, &id).await?;
     let spec: crate::api::Spec = serde_json::from_value(record.spec.clone()).unwrap_or_default();
     if !spec.inputs.iter().any(|i| i == &path) {
@@ -863,8 +816,13 @@ async fn put_input(
         crate::batch_sessions::put_input(&app, &record, &path, &body).await?;
         return Ok(StatusCode::NO_CONTENT);
     }
-    let dir = session_dir(&app, &record.session.id.0);
-    write_atomically(&dir, &dir.join("inputs").join(rel), &body).await?;
+    app.files
+        .put(
+            &session_scope(&record.session.id.0),
+            &format!("inputs/{path}"),
+            &body,
+        )
+        .await?;
     if let Some(agent) = &record.session.agent {
         app.control.wake_agent(&agent.0);
     }
@@ -891,60 +849,9 @@ async fn get_input(
     Path((id, session, path)): Path<(String, String, String)>,
 ) -> Result<impl IntoResponse> {
     acts_as(&caller, &id)?;
-    let rel = check_relative("path", &path)?;
+    check_relative("path", &path)?;
     let record = session_on(&app, &id, &session).await?;
-    let file = session_dir(&app, &record.session.id.0)
-        .join("inputs")
-        .join(rel);
-    read_file(&file, "input", &path).await
-}
-
-/// Writes to a temporary file of its own in the session's `tmp/` (same file system, outside
-/// what users list), then renames it into place: a reader never sees half a file, and two
-/// uploads at once never share a temporary file.
-pub(crate) async fn write_atomically(
-    session_dir: &FsPath,
-    target: &FsPath,
-    data: &[u8],
-) -> Result<()> {
-    let tmp = session_dir.join("tmp");
-    tokio::fs::create_dir_all(&tmp).await.map_err(io_error)?;
-    if let Some(parent) = target.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| path_error(target, e))?;
-    }
-    let partial = tmp.join(crate::auth::random_hex(12));
-    let written = async {
-        tokio::fs::write(&partial, data).await?;
-        tokio::fs::rename(&partial, target).await
-    }
-    .await;
-    if let Err(e) = written {
-        let _ = tokio::fs::remove_file(&partial).await;
-        return Err(path_error(target, e));
-    }
-    Ok(())
-}
-
-/// A file path that cannot be written because of what is already there (a file where a
-/// directory is needed, or the reverse) is the caller's mistake; anything else is ours.
-fn path_error(target: &FsPath, e: std::io::Error) -> ApiError {
-    use std::io::ErrorKind::*;
-    match e.kind() {
-        NotADirectory | IsADirectory | AlreadyExists | DirectoryNotEmpty => ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            format!(
-                "{} clashes with a file or directory already uploaded",
-                target
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            ),
-        ),
-        _ => io_error(e),
-    }
+    whole_file(&app, &record.session.id.0, "input", &path).await
 }
 
 #[utoipa::path(
@@ -970,15 +877,16 @@ async fn put_output(
     body: Bytes,
 ) -> Result<StatusCode> {
     acts_as(&caller, &id)?;
-    let rel = check_relative("path", &path)?;
+    check_relative("path", &path)?;
     let record = writable_session_on(&app, &id, &session).await?;
-    let dir = session_dir(&app, &record.session.id.0);
-    write_atomically(&dir, &dir.join("outputs").join(rel), &body).await?;
+    app.files
+        .put(
+            &session_scope(&record.session.id.0),
+            &format!("outputs/{path}"),
+            &body,
+        )
+        .await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-fn io_error(e: std::io::Error) -> ApiError {
-    data_error(e, "session files")
 }
 
 /// A failure to read or write `what` in the data directory: a full disk said as it is (507),
@@ -1064,28 +972,16 @@ async fn log_bytes(
     if record.batch_job.is_some() && !record.session.state.is_terminal() {
         return crate::batch_sessions::read_log(app, record, stream, offset, MAX_LOG_READ).await;
     }
-    let path = session_dir(app, &record.session.id.0).join(file);
-    let data = match tokio::fs::File::open(&path).await {
-        Ok(mut f) => {
-            use tokio::io::{AsyncReadExt, AsyncSeekExt};
-            let size = f.metadata().await.map_err(io_error)?.len();
-            let mut buf = Vec::new();
-            // Past the end there is nothing yet (and the file system may refuse the seek).
-            if offset < size {
-                f.seek(std::io::SeekFrom::Start(offset))
-                    .await
-                    .map_err(io_error)?;
-                f.take(MAX_LOG_READ)
-                    .read_to_end(&mut buf)
-                    .await
-                    .map_err(io_error)?;
-            }
-            buf
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(io_error(e)),
-    };
-    Ok(data)
+    Ok(app
+        .files
+        .read(
+            &session_scope(&record.session.id.0),
+            file,
+            offset,
+            MAX_LOG_READ,
+        )
+        .await?
+        .unwrap_or_default())
 }
 
 #[utoipa::path(
@@ -1111,32 +1007,7 @@ async fn list_outputs(
 
 /// The output files of session `id` (the caller checked) with their sizes, by path.
 pub(crate) async fn output_files(app: &App, id: &str) -> Result<Vec<OutputFile>> {
-    let root = session_dir(app, id).join("outputs");
-    let mut files = Vec::new();
-    let mut dirs = vec![root.clone()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(mut entries) = tokio::fs::read_dir(&dir).await else {
-            continue;
-        };
-        while let Some(e) = entries.next_entry().await.map_err(io_error)? {
-            let meta = e.metadata().await.map_err(io_error)?;
-            if meta.is_dir() {
-                dirs.push(e.path());
-            } else {
-                let rel = e
-                    .path()
-                    .strip_prefix(&root)
-                    .map(|p| p.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                files.push(OutputFile {
-                    path: rel,
-                    size: meta.len(),
-                });
-            }
-        }
-    }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(files)
+    app.files.list(&session_scope(id), "outputs").await
 }
 
 #[utoipa::path(
@@ -1167,23 +1038,26 @@ pub(crate) async fn output_file(
     id: &str,
     path: &str,
 ) -> Result<impl IntoResponse> {
-    let rel = check_relative("path", path)?;
+    check_relative("path", path)?;
     let record = crate::api::own_session(app, caller, id).await?;
-    let file = session_dir(app, &record.session.id.0)
-        .join("outputs")
-        .join(rel);
-    read_file(&file, "output", path).await
+    whole_file(app, &record.session.id.0, "output", path).await
 }
 
-/// A stored input or output, as bytes; a name that is not a file there is not found.
-async fn read_file(file: &FsPath, what: &str, name: &str) -> Result<impl IntoResponse> {
-    use std::io::ErrorKind::*;
-    match tokio::fs::read(file).await {
-        Ok(data) => Ok(([("content-type", "application/octet-stream")], data)),
-        Err(e) if matches!(e.kind(), NotFound | NotADirectory | IsADirectory) => {
-            Err(ApiError::not_found(what, name))
-        }
-        Err(e) => Err(io_error(e)),
+/// A stored input or output (`what`) of `session`, as bytes; a name that is not a file there is
+/// not found.
+async fn whole_file(app: &App, session: &str, what: &str, name: &str) -> Result<impl IntoResponse> {
+    match app
+        .files
+        .read(
+            &session_scope(session),
+            &format!("{what}s/{name}"),
+            0,
+            u64::MAX,
+        )
+        .await?
+    {
+        Some(data) => Ok(([("content-type", "application/octet-stream")], data)),
+        None => Err(ApiError::not_found(what, name)),
     }
 }
 
@@ -1351,7 +1225,21 @@ async fn fail_overdue_inputs(
             continue;
         }
         let spec: crate::api::Spec = serde_json::from_value(r.spec.clone()).unwrap_or_default();
-        let missing = missing_inputs(app, &r.session.id.0, &spec);
+        let missing = match app
+            .files
+            .missing(&session_scope(&r.session.id.0), "inputs", &spec.inputs)
+            .await
+        {
+            Ok(missing) => missing,
+            Err(e) => {
+                tracing::warn!(
+                    session = r.session.id.0,
+                    error = e.message,
+                    "inputs not read"
+                );
+                continue;
+            }
+        };
         if missing.is_empty() {
             continue;
         }

@@ -18,10 +18,11 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::agents::{session_dir, write_atomically, MAX_OUTPUT};
+use crate::agents::MAX_OUTPUT;
 use crate::api::Spec;
 use crate::batch::{job_key, Bound};
 use crate::error::ApiError;
+use crate::files::session_scope;
 use crate::{now, App};
 
 /// A group's jobs are polled this often at first and after a change; each poll that changes
@@ -405,8 +406,8 @@ async fn end(
     }
 }
 
-/// Copies the job's logs and outputs from its directory to the session's, where the sessions'
-/// routes read them; a file larger than an upload may be is left where it is, and said so.
+/// Copies the job's logs and outputs from its directory to the session's files, where the
+/// sessions' routes read them; a file larger than an upload may be is left where it is, and said so.
 async fn collect(
     app: &App,
     bound: &Bound,
@@ -417,7 +418,6 @@ async fn collect(
         return Ok(());
     };
     let commands = bound.config.commands();
-    let local = session_dir(app, session);
     let max = MAX_OUTPUT as u64;
     let mut left = Vec::new();
     for (stream, file) in [(STDOUT, "stdout.log"), (STDERR, "stderr.log")] {
@@ -425,7 +425,8 @@ async fn collect(
             .await
             .map_err(|e| e.to_string())?;
         if let Some(data) = data {
-            write_atomically(&local, &local.join(file), &data)
+            app.files
+                .put(&session_scope(session), file, &data)
                 .await
                 .map_err(|e| e.message)?;
         }
@@ -434,7 +435,7 @@ async fn collect(
         .await
         .map_err(|e| e.to_string())?;
     for (path, size) in files {
-        let rel = crate::names::check_relative("output", &path).map_err(|e| e.message)?;
+        crate::names::check_relative("output", &path).map_err(|e| e.message)?;
         if size > max {
             left.push(path);
             continue;
@@ -443,7 +444,8 @@ async fn collect(
             .await
             .map_err(|e| e.to_string())?
         {
-            write_atomically(&local, &local.join("outputs").join(rel), &data)
+            app.files
+                .put(&session_scope(session), &format!("outputs/{path}"), &data)
                 .await
                 .map_err(|e| e.message)?;
         }

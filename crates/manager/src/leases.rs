@@ -4,7 +4,7 @@
 //! keeper says this manager is at work, renews its leases, and takes or lets go of groups so
 //! that they spread over the managers at work (rendezvous hashing: when a manager comes or
 //! goes, only its share moves). A lease its holder stopped renewing is taken over once it
-//! expires. On SQLite, one manager owns the database (the data directory's lock): it takes
+//! expires, by the database's clock (managers' own clocks may disagree). On SQLite, one manager owns the database (the data directory's lock): it takes
 //! every lease when it starts, whoever held it (an earlier start of itself).
 
 use std::collections::{HashMap, HashSet};
@@ -80,7 +80,7 @@ impl Leases {
 
 /// The manager `group` belongs with among `managers`: the one with the highest hash of the
 /// pair (rendezvous hashing).
-pub(crate) fn belongs_with<'a>(group: &str, managers: &'a [String]) -> Option<&'a str> {
+pub fn belongs_with<'a>(group: &str, managers: &'a [String]) -> Option<&'a str> {
     managers
         .iter()
         .max_by_key(|m| {
@@ -154,7 +154,8 @@ async fn round(
     store: &Store,
     force: bool,
 ) -> Result<(), StoreError> {
-    let now = now();
+    // The database's clock: every manager judges the leases by the same one.
+    let now = store.clock(now()).await?;
     let ttl = leases.ttl_ms();
     let until = Timestamp(now.0.saturating_add(ttl));
     // Managers silent for a day are forgotten; those silent for a lease are not at work. The

@@ -15,6 +15,7 @@ pub mod control;
 pub mod error;
 mod external;
 mod extract;
+mod files;
 mod health;
 mod heartbeats;
 pub mod history;
@@ -180,6 +181,8 @@ pub struct App {
     submitter: submit::Submitter,
     tokens: Arc<auth::TokenCache>,
     data_dir: PathBuf,
+    /// Sessions' inputs, outputs and logs, and agent builds.
+    files: files::Files,
     heartbeat: Duration,
     lost_after: Duration,
     metrics_public: bool,
@@ -242,12 +245,20 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
     tokio::spawn(leases::keep(control.clone(), leases, store.clone()));
     tokio::spawn(leases::listen(control.clone(), store.clone()));
     let submitter = submit::Submitter::start(store.clone(), control.clone());
+    let files = files::Files::for_store(&store, &config.data_dir);
+    if let files::Files::Database(store) = &files {
+        let moved = files::import_local(store, &config.data_dir).await?;
+        if moved > 0 {
+            tracing::info!(moved, "files of the data directory moved into the database");
+        }
+    }
     let app = App {
         store,
         control,
         submitter,
         tokens: Arc::default(),
         data_dir: config.data_dir.clone(),
+        files,
         heartbeat: config.heartbeat,
         lost_after: config.lost_after,
         metrics_public: config.metrics_public,

@@ -1267,3 +1267,66 @@ async fn health_says_when_the_store_cannot_write_and_writes_resume_once_it_can()
     let r = m.post(&format!("/api/v1/sessions/{id}/cancel"), "{}").await;
     assert!(r.status.is_success(), "{}: {}", r.status, r.body);
 }
+
+/// A manager on PostgreSQL moves the files an earlier version kept in its data directory into
+/// the database when it starts: a session's log and output and an agent build are served as
+/// before (by any manager), and are no longer on its disk; a half-written upload is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_an_earlier_version_kept_on_disk_move_into_the_database() {
+    let Some(url) = common::postgres("files_move").await else {
+        return;
+    };
+    let m = Manager::start(Some(url)).await;
+    let id = common::scheduled_session(&m).await;
+    let session = m.config.data_dir.join("sessions").join(&id);
+    std::fs::create_dir_all(session.join("outputs/deep")).unwrap();
+    std::fs::create_dir_all(session.join("tmp")).unwrap();
+    std::fs::write(session.join("stdout.log"), "from before\n").unwrap();
+    std::fs::write(session.join("outputs/deep/r.txt"), "42\n").unwrap();
+    std::fs::write(session.join("tmp/3f2a"), "half").unwrap();
+    let builds = m.config.data_dir.join("agent-builds");
+    std::fs::create_dir_all(&builds).unwrap();
+    let sha256 = "ab".repeat(32);
+    std::fs::write(builds.join(&sha256), "build bytes").unwrap();
+    let build = corral_api::agent_builds::AgentBuild {
+        version: "9.9.9".into(),
+        platform: "linux-x86_64".into(),
+        sha256: sha256.clone(),
+        size: 11,
+        uploaded_at: corral_core::Timestamp(1),
+    };
+    m.store.put_agent_build(&build).await.unwrap();
+
+    let m = m.restart().await;
+    let read = |path: String| {
+        m.client
+            .get(format!("{}{path}", m.base))
+            .bearer_auth(&m.admin)
+            .send()
+    };
+    let log = read(format!("/api/v1/sessions/{id}/logs/stdout"))
+        .await
+        .unwrap();
+    assert_eq!(log.text().await.unwrap(), "from before\n");
+    let outputs = m.get(&format!("/api/v1/sessions/{id}/outputs")).await;
+    assert_eq!(
+        outputs.body,
+        serde_json::json!([{"path": "deep/r.txt", "size": 3}])
+    );
+    let output = read(format!("/api/v1/sessions/{id}/outputs/deep/r.txt"))
+        .await
+        .unwrap();
+    assert_eq!(output.text().await.unwrap(), "42\n");
+    let build = read("/api/v1/agent-builds/9.9.9/linux-x86_64".into())
+        .await
+        .unwrap();
+    assert_eq!(build.text().await.unwrap(), "build bytes");
+    for moved in [
+        session.join("stdout.log"),
+        session.join("outputs/deep/r.txt"),
+        builds.join(&sha256),
+    ] {
+        assert!(!moved.exists(), "{} is still there", moved.display());
+    }
+    assert!(session.join("tmp/3f2a").exists());
+}

@@ -20,6 +20,7 @@ mod codec;
 mod cycle;
 mod error;
 mod events;
+mod files;
 mod governors;
 mod history;
 mod instances;
@@ -53,6 +54,7 @@ pub use batch::BatchJobRecord;
 pub use cycle::MAX_PENDING_PER_PASS;
 pub use error::{Result, StoreError};
 pub use events::{Event, EventFilter, NewEvent, Role, TokenRecord};
+pub use files::{Appended, PIECE as FILE_PIECE};
 pub use history::{HistoryRows, NodeSpan, StateChange};
 pub use instances::{InstancePhase, InstanceRecord};
 pub use leases::{Fence, Lease};
@@ -154,6 +156,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "sessions_by_agent",
         include_str!("../migrations/sqlite/0015_sessions_by_agent.sql"),
         include_str!("../migrations/postgres/0015_sessions_by_agent.sql"),
+    ),
+    (
+        16,
+        "files",
+        include_str!("../migrations/sqlite/0016_files.sql"),
+        include_str!("../migrations/postgres/0016_files.sql"),
     ),
 ];
 

@@ -37,6 +37,21 @@ impl Store {
         Ok(())
     }
 
+    /// The time by the database's clock on PostgreSQL, so that managers on several hosts judge
+    /// leases and each other by one clock, whatever their own say; `local` on SQLite (one
+    /// manager, one clock).
+    pub async fn clock(&self, local: Timestamp) -> Result<Timestamp> {
+        if self.backend != Backend::Postgres {
+            return Ok(local);
+        }
+        let ms: i64 = sqlx::query_scalar(
+            "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        )
+        .fetch_one(&self.read)
+        .await?;
+        Ok(Timestamp(ms))
+    }
+
     /// The managers seen at or after `since`, by id.
     pub async fn live_managers(&self, since: Timestamp) -> Result<Vec<String>> {
         Ok(

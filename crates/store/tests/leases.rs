@@ -267,3 +267,20 @@ async fn a_paused_holders_locked_lease_is_passed_by_then_taken_once_its_session_
     // The paused manager, resumed, finds its transaction gone: nothing it wrote stays.
     assert!(paused.execute("COMMIT").await.is_err());
 }
+
+on_both!(leases_are_judged_by_the_databases_clock, |db| {
+    let local = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    // SQLite has one manager: its own clock. PostgreSQL answers with its own (here, on the same
+    // host, the same time), whatever the caller's says.
+    let skewed = Timestamp(local - 3_600_000);
+    let clock = db.store.clock(skewed).await.unwrap();
+    match db.store.backend() {
+        corral_store::Backend::Sqlite => assert_eq!(clock, skewed),
+        corral_store::Backend::Postgres => {
+            assert!((clock.0 - local).abs() < 5_000, "{} vs {local}", clock.0)
+        }
+    }
+});

@@ -2178,3 +2178,144 @@ on_both!(
         assert_eq!(s2.end_reason.as_deref(), Some("agent a2 was lost"));
     }
 );
+
+on_both!(
+    files_are_stored_whole_appended_once_and_read_from_an_offset,
+    |db| {
+        let s = &db.store;
+        // A file larger than a row, stored whole and read back whole or from an offset.
+        let big: Vec<u8> = (0..(3 << 20) + 17).map(|i| (i % 251) as u8).collect();
+        s.put_file("sessions/s1", "outputs/a/big.bin", &big[..])
+            .await
+            .unwrap();
+        let whole = s.read_file("sessions/s1", "outputs/a/big.bin", 0, u64::MAX);
+        assert_eq!(whole.await.unwrap().as_deref(), Some(&big[..]));
+        let middle = s
+            .read_file("sessions/s1", "outputs/a/big.bin", (1 << 20) - 5, 10)
+            .await
+            .unwrap();
+        assert_eq!(middle.as_deref(), Some(&big[(1 << 20) - 5..(1 << 20) + 5]));
+        let past = s.read_file("sessions/s1", "outputs/a/big.bin", 1 << 30, 10);
+        assert_eq!(past.await.unwrap(), Some(Vec::new()));
+        assert_eq!(
+            s.read_file("sessions/s1", "outputs/none", 0, 10)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            s.read_file("sessions/s2", "outputs/a/big.bin", 0, 10)
+                .await
+                .unwrap(),
+            None
+        );
+
+        // Stored again: the new file, not a mix; an empty file is there.
+        s.put_file("sessions/s1", "outputs/a/big.bin", &b"small"[..])
+            .await
+            .unwrap();
+        s.put_file("sessions/s1", "outputs/empty", &b""[..])
+            .await
+            .unwrap();
+        s.put_file("sessions/s1", "inputs/x", &b"not an output"[..])
+            .await
+            .unwrap();
+        assert_eq!(
+            s.list_files("sessions/s1", "outputs/").await.unwrap(),
+            vec![
+                ("outputs/a/big.bin".to_string(), 5),
+                ("outputs/empty".to_string(), 0)
+            ]
+        );
+        assert_eq!(
+            s.read_file("sessions/s1", "outputs/empty", 0, 10)
+                .await
+                .unwrap(),
+            Some(Vec::new())
+        );
+
+        // A file where a directory of another is, or the reverse, is refused.
+        for clashing in ["outputs/a", "outputs/a/big.bin/x", "outputs/empty/y"] {
+            assert!(
+                matches!(
+                    s.put_file("sessions/s1", clashing, &b"x"[..]).await,
+                    Err(StoreError::Conflict { .. })
+                ),
+                "{clashing}"
+            );
+        }
+        assert_eq!(
+            s.list_files("sessions/s1", "outputs/").await.unwrap().len(),
+            2
+        );
+
+        // A log grows by appends at its size; one at another offset writes nothing and says the
+        // size.
+        use corral_store::Appended;
+        let append = |offset: u64, data: &'static [u8]| {
+            s.append_file("sessions/s1", "stdout.log", offset, data)
+        };
+        assert_eq!(append(0, b"one\n").await.unwrap(), Appended::Done);
+        assert_eq!(append(4, b"two\n").await.unwrap(), Appended::Done);
+        assert_eq!(append(4, b"two\n").await.unwrap(), Appended::Size(8));
+        assert_eq!(append(12, b"four\n").await.unwrap(), Appended::Size(8));
+        let log = s
+            .read_file("sessions/s1", "stdout.log", 2, 100)
+            .await
+            .unwrap();
+        assert_eq!(log.as_deref(), Some(&b"e\ntwo\n"[..]));
+
+        // Scopes keep their files apart; a deleted file is gone.
+        s.put_file("agent-builds", "ab12", &b"build"[..])
+            .await
+            .unwrap();
+        let builds = s.list_files("agent-builds", "").await.unwrap();
+        assert_eq!(builds, vec![("ab12".to_string(), 5)]);
+        assert!(!s
+            .list_files("sessions/s1", "")
+            .await
+            .unwrap()
+            .iter()
+            .any(|(name, _)| name == "ab12"));
+        s.delete_file("sessions/s1", "stdout.log").await.unwrap();
+        assert_eq!(
+            s.read_file("sessions/s1", "stdout.log", 0, 1)
+                .await
+                .unwrap(),
+            None
+        );
+        let build = s.read_file("agent-builds", "ab12", 0, 100).await.unwrap();
+        assert_eq!(build.as_deref(), Some(&b"build"[..]));
+    }
+);
+
+on_both!(
+    one_of_two_appends_at_the_same_offset_at_once_is_written,
+    |db| {
+        let s = &db.store;
+        let mut appends = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let s = s.clone();
+            appends.spawn(async move {
+                let line = format!("writer {i}\n");
+                s.append_file("sessions/s1", "stdout.log", 0, line.as_bytes())
+                    .await
+            });
+        }
+        let mut written = 0;
+        while let Some(done) = appends.join_next().await {
+            // Each is answered: written, or told the size another wrote.
+            match done.unwrap().unwrap() {
+                corral_store::Appended::Done => written += 1,
+                corral_store::Appended::Size(size) => assert_eq!(size, 9),
+            }
+        }
+        assert_eq!(written, 1);
+        let log = s
+            .read_file("sessions/s1", "stdout.log", 0, 100)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(log.len(), "writer 0\n".len());
+    }
+);
