@@ -184,6 +184,9 @@ def defuse(provider):
     if not isinstance(provider, dict) or not isinstance(provider.get("options"), dict):
         return
     options = provider["options"]
+    # Per-template settings must name templates of the group: a rule across fields the schema
+    # cannot state (refused with 400, naming the entry).
+    options.pop("templates", None)
     for key, safe in (("endpoint_url", "http://127.0.0.1:9"), ("api_server", "https://127.0.0.1:9"),
                       ("docker_host", "unix:///nonexistent/docker.sock"),
                       ("binary", "/nonexistent/corral")):

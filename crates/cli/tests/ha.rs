@@ -985,3 +985,53 @@ async fn a_manager_whose_clock_is_an_hour_ahead_takes_no_lease_early() {
     assert!(moved.is_empty(), "moved meanwhile: {moved:?}");
     assert!(after.iter().any(|l| l.owner.contains(&ahead)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_revoked_through_one_manager_is_refused_by_every_other_at_once() {
+    let Some(m) = Managers::start("cli_ha_tokens").await else {
+        return;
+    };
+    corral_api::tls::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let at = |i: usize, path: &str| format!("http://127.0.0.1:{}/api/v1/{path}", m.ports[i]);
+    // Alice's token, made through manager 0, works through each manager (which keeps it in
+    // its cache for 30 s).
+    let created: Value = http
+        .post(at(0, "tokens"))
+        .bearer_auth(&m.token)
+        .json(&json!({"user": "alice"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = created["token"].as_str().unwrap().to_string();
+    let id = created["id"].as_str().unwrap().to_string();
+    let list = |i: usize| http.get(at(i, "sessions")).bearer_auth(&token).send();
+    for i in 0..3 {
+        assert_eq!(list(i).await.unwrap().status(), 200, "through manager {i}");
+    }
+    // Revoked through manager 0: the others refuse it within a moment, not once their caches
+    // let it go.
+    let revoked = http
+        .delete(at(0, &format!("tokens/{id}")))
+        .bearer_auth(&m.token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 204);
+    let since = Instant::now();
+    for i in 0..3 {
+        corral_testkit::eventually_async(
+            &format!("manager {i} refuses the revoked token"),
+            Duration::from_secs(3),
+            || async { (list(i).await.unwrap().status() == 401).then_some(()) },
+        )
+        .await;
+    }
+    eprintln!(
+        "refused by every manager {} ms after the revocation",
+        since.elapsed().as_millis()
+    );
+}

@@ -300,6 +300,19 @@ pub async fn create_bootstrap_token(
     Ok((secret, expires))
 }
 
+/// Tokens (their hashes) revoked: dropped from this manager's cache at once, and from the other
+/// managers' on the database as soon as they hear of it (within [`TOKEN_TTL`] if they never
+/// do).
+pub(crate) fn revoked(app: &crate::App, hashes: Vec<String>) {
+    if hashes.is_empty() {
+        return;
+    }
+    for hash in &hashes {
+        app.tokens.forget(hash);
+    }
+    app.control.tell_others(corral_store::Wake::Tokens(hashes));
+}
+
 /// Tokens recently seen valid, so that a request costs no database read to authenticate.
 /// Entries expire, so a token removed from the database stops working within `TOKEN_TTL`.
 ///
@@ -338,7 +351,7 @@ impl TokenCache {
         (same && at.elapsed() < TOKEN_TTL).then(|| caller.clone())
     }
 
-    /// Drops a revoked token at once (other managers' caches keep it up to `TOKEN_TTL`).
+    /// Drops a revoked token at once (see [`revoked`], which also tells the other managers).
     pub fn forget(&self, hash: &str) {
         let mut cached = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if cached

@@ -209,7 +209,7 @@ pub(crate) async fn put_input(
     Ok(())
 }
 
-/// Follows every group's session jobs, for as long as the manager runs.
+/// Follows the session jobs of the groups this manager runs, for as long as it runs.
 pub async fn follow(app: App) {
     // When each group is due, and its current wait.
     let mut due: HashMap<String, (Instant, Duration)> = HashMap::new();
@@ -230,7 +230,12 @@ pub async fn follow(app: App) {
             let sessions = serde_json::from_str::<corral_batch::BatchConfig>(&binding)
                 .is_ok_and(|c| c.options.sessions);
             let now = Instant::now();
-            if !sessions || due.get(&group).is_some_and(|(at, _)| *at > now) {
+            // One manager follows a group, its lease's holder: the scheduler is listed once a
+            // poll however many managers there are.
+            if !sessions
+                || !app.control.owns(&group)
+                || due.get(&group).is_some_and(|(at, _)| *at > now)
+            {
                 continue;
             }
             let wait = due.get(&group).map_or(MIN_POLL, |(_, wait)| *wait);

@@ -112,7 +112,7 @@ impl Control {
     }
 
     /// Tells the other managers on the database (PostgreSQL), in the background.
-    fn tell_others(&self, wake: Wake) {
+    pub(crate) fn tell_others(&self, wake: Wake) {
         if self.store.backend() != Backend::Postgres {
             return;
         }

@@ -34,6 +34,8 @@ pub struct Leases {
     held_elsewhere: Mutex<HashSet<String>>,
     /// The manager stopped: the keeper takes nothing more.
     stopped: AtomicBool,
+    /// The managers at work at the last round, this one among them.
+    at_work: Mutex<Vec<String>>,
 }
 
 /// What a round does to the groups.
@@ -57,7 +59,16 @@ impl Leases {
             kick: Notify::new(),
             held_elsewhere: Mutex::default(),
             stopped: AtomicBool::new(false),
+            at_work: Mutex::default(),
         }
+    }
+
+    /// Whether the work of the whole database named `job` (not a group's: the retention's)
+    /// is this manager's: the one it belongs with among those at work, as groups are spread.
+    /// Until the first round has seen the others, it is nobody's.
+    pub(crate) fn runs_here(&self, job: &str) -> bool {
+        let at_work = self.at_work.lock().unwrap_or_else(|p| p.into_inner());
+        self.single || belongs_with(job, &at_work) == Some(self.owner.as_str())
     }
 
     fn ttl_ms(&self) -> i64 {
@@ -189,6 +200,11 @@ async fn round(
         managers.push(leases.owner.clone());
     }
     let moves = moves(&leases.owner, &groups, &all, &managers, now, ttl, force);
+    leases
+        .at_work
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone_from(&managers);
     for group in &moves.release {
         tracing::info!(
             group,
@@ -236,9 +252,13 @@ pub(crate) async fn stop(control: &Control, leases: &Leases, store: &Store) {
     }
 }
 
-/// Passes what other managers tell on: wakes of the groups this one runs, and of the agents
-/// whose syncs wait here (PostgreSQL).
-pub(crate) async fn listen(control: Arc<Control>, store: Store) {
+/// Passes what other managers tell on (PostgreSQL): wakes of the groups this one runs and of
+/// the agents whose syncs wait here, and tokens revoked (dropped from the cache).
+pub(crate) async fn listen(
+    control: Arc<Control>,
+    store: Store,
+    tokens: Arc<crate::auth::TokenCache>,
+) {
     loop {
         let mut wakes = match store.listen_wakes().await {
             Ok(Some(wakes)) => wakes,
@@ -256,6 +276,11 @@ pub(crate) async fn listen(control: Arc<Control>, store: Store) {
                 Ok(Wake::Agents(agents)) => {
                     for agent in &agents {
                         control.wake_agent_if_waiting(agent);
+                    }
+                }
+                Ok(Wake::Tokens(hashes)) => {
+                    for hash in &hashes {
+                        tokens.forget(hash);
                     }
                 }
                 Err(e) => {
@@ -286,6 +311,23 @@ mod tests {
             epoch: 1,
             expires_at: Timestamp(expires_at),
         }
+    }
+
+    #[test]
+    fn a_job_of_the_whole_database_runs_in_one_manager_at_work() {
+        let managers: Vec<Leases> = (0..3)
+            .map(|_| Leases::new(Duration::from_secs(5), false))
+            .collect();
+        let owners: Vec<String> = managers.iter().map(|m| m.owner.clone()).collect();
+        // Before a round has seen the others, nobody runs it.
+        assert!(managers.iter().all(|m| !m.runs_here("retention")));
+        for m in &managers {
+            m.at_work.lock().unwrap().clone_from(&owners);
+        }
+        let running = managers.iter().filter(|m| m.runs_here("retention")).count();
+        assert_eq!(running, 1);
+        // The one manager of a SQLite database runs it, whoever it has seen.
+        assert!(Leases::new(Duration::from_secs(5), true).runs_here("retention"));
     }
 
     fn names(n: usize, prefix: &str) -> Vec<String> {

@@ -242,8 +242,13 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         config.driver_config(secrets.clone()),
         leases.clone(),
     );
-    tokio::spawn(leases::keep(control.clone(), leases, store.clone()));
-    tokio::spawn(leases::listen(control.clone(), store.clone()));
+    tokio::spawn(leases::keep(control.clone(), leases.clone(), store.clone()));
+    let tokens: Arc<auth::TokenCache> = Arc::default();
+    tokio::spawn(leases::listen(
+        control.clone(),
+        store.clone(),
+        tokens.clone(),
+    ));
     let submitter = submit::Submitter::start(store.clone(), control.clone());
     let files = files::Files::for_store(&store, &config.data_dir);
     if let files::Files::Database(store) = &files {
@@ -256,7 +261,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         store,
         control,
         submitter,
-        tokens: Arc::default(),
+        tokens,
         data_dir: config.data_dir.clone(),
         files,
         heartbeat: config.heartbeat,
@@ -282,16 +287,21 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
     tokio::spawn(agents::watch_termination(app.clone()));
     tokio::spawn(batch_sessions::follow(app.clone()));
     if let Some(retention) = config.retention {
-        tokio::spawn(forget_the_ended(app.store.clone(), retention));
+        tokio::spawn(forget_the_ended(app.store.clone(), retention, leases));
     }
     Ok(app)
 }
 
 /// Prunes what ended more than `retention` ago, at start and then every ten minutes (or a
-/// tenth of the retention, if shorter).
-async fn forget_the_ended(store: Store, retention: Duration) {
+/// tenth of the retention, if shorter), when it is this manager's to do (one of those on a
+/// database does it).
+async fn forget_the_ended(store: Store, retention: Duration, leases: Arc<leases::Leases>) {
     let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(600));
     loop {
+        if !leases.runs_here("retention") {
+            tokio::time::sleep(every).await;
+            continue;
+        }
         let kept = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let before = Timestamp(now().0.saturating_sub(kept));
         match store.prune(before).await {

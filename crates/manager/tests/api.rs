@@ -1330,3 +1330,69 @@ async fn files_an_earlier_version_kept_on_disk_move_into_the_database() {
     }
     assert!(session.join("tmp/3f2a").exists());
 }
+
+on_both!(
+    a_template_the_providers_options_name_must_be_the_groups,
+    |m: Manager| async move {
+        let provider = |template: &str| {
+            serde_json::json!({"name": "aws", "options": {
+                "image_id": "ami-0123", "endpoint_url": "http://127.0.0.1:9",
+                "templates": {template: {"instance_type": "t3.large"}}}})
+        };
+        let group = |template: &str, provider: serde_json::Value| {
+            serde_json::json!({"name": "cloud", "provider": provider,
+                "templates": [{"name": template, "slots": "cpu=2"}]})
+            .to_string()
+        };
+        // A misspelt template is refused, naming it and the group's templates; nothing is made.
+        let r = m
+            .post("/api/v1/groups", &group("small", provider("smal")))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert_eq!(
+            r.body["error"]["details"]["field"],
+            "provider.options.templates.smal"
+        );
+        assert_eq!(
+            r.body["error"]["message"],
+            "provider.options.templates.smal: names no template of group \"cloud\" (its templates: small)"
+        );
+        assert_eq!(
+            m.get("/api/v1/groups/cloud").await.status,
+            StatusCode::NOT_FOUND
+        );
+        let r = m
+            .post("/api/v1/groups", &group("small", provider("small")))
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+        // Neither can the provider's options be changed to name another, nor the template be
+        // renamed from under them.
+        let r = m
+            .put(
+                "/api/v1/groups/cloud/provider",
+                &provider("big").to_string(),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert_eq!(
+            r.body["error"]["details"]["field"],
+            "provider.options.templates.big"
+        );
+        let renamed = serde_json::json!({"name": "cloud",
+            "templates": [{"name": "large", "slots": "cpu=2"}]});
+        let r = m.put("/api/v1/groups/cloud", &renamed.to_string()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        assert_eq!(
+            r.body["error"]["details"]["field"],
+            "provider.options.templates.small"
+        );
+        let kept = m.get("/api/v1/groups/cloud").await.body;
+        assert_eq!(kept["templates"][0]["name"], "small", "{kept}");
+        // Both at once are one consistent change.
+        let r = m
+            .put("/api/v1/groups/cloud", &group("large", provider("large")))
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    }
+);

@@ -109,6 +109,8 @@ pub enum Wake {
     /// Something was placed on these agents: a sync of theirs waiting on another manager
     /// answers now rather than at its heartbeat.
     Agents(Vec<String>),
+    /// These tokens (their hashes) were revoked: no manager takes them from its cache any more.
+    Tokens(Vec<String>),
 }
 
 /// PostgreSQL's limit on a notification's payload is 8,000 bytes.
@@ -119,19 +121,8 @@ impl Wake {
     fn payloads(&self) -> Vec<String> {
         match self {
             Wake::Group(group) => vec![format!("group\n{group}")],
-            Wake::Agents(agents) => {
-                let mut out: Vec<String> = Vec::new();
-                for agent in agents {
-                    match out.last_mut() {
-                        Some(p) if p.len() + agent.len() < MAX_PAYLOAD => {
-                            p.push('\n');
-                            p.push_str(agent);
-                        }
-                        _ => out.push(format!("agents\n{agent}")),
-                    }
-                }
-                out
-            }
+            Wake::Agents(agents) => split("agents", agents),
+            Wake::Tokens(hashes) => split("tokens", hashes),
         }
     }
 
@@ -140,9 +131,25 @@ impl Wake {
         match lines.next()? {
             "group" => Some(Wake::Group(lines.next()?.to_string())),
             "agents" => Some(Wake::Agents(lines.map(String::from).collect())),
+            "tokens" => Some(Wake::Tokens(lines.map(String::from).collect())),
             _ => None,
         }
     }
+}
+
+/// `kind`, then `names` one a line, split over as many notifications as the limit needs.
+fn split(kind: &str, names: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in names {
+        match out.last_mut() {
+            Some(p) if p.len() + name.len() < MAX_PAYLOAD => {
+                p.push('\n');
+                p.push_str(name);
+            }
+            _ => out.push(format!("{kind}\n{name}")),
+        }
+    }
+    out
 }
 
 /// What other managers tell this one, as it comes.
@@ -180,6 +187,9 @@ mod tests {
             })
             .collect();
         assert_eq!(back, agents);
+        let tokens = Wake::Tokens(vec!["ab".repeat(32), "cd".repeat(32)]);
+        assert_eq!(tokens.payloads().len(), 1);
+        assert_eq!(Wake::parse(&tokens.payloads()[0]), Some(tokens));
         assert_eq!(Wake::parse("other\nx"), None);
     }
 }

@@ -254,9 +254,7 @@ pub(super) async fn remove_agent(
     };
     let requeue = policy.is_none_or(|p| p.on_agent_lost == corral_core::OnAgentLost::Requeue);
     let removed = app.store.remove_agent(&id, requeue, now()).await?;
-    for hash in &removed.revoked {
-        app.tokens.forget(hash);
-    }
+    crate::auth::revoked(&app, removed.revoked.clone());
     app.control
         .sessions
         .bump_each(removed.released.iter().map(String::as_str));

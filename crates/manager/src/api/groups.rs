@@ -47,6 +47,36 @@ fn validated_provider(provider: ProviderConfig) -> Result<ProviderConfig> {
     Ok(provider)
 }
 
+/// Each template the provider's options name (`templates.<name>`, aws and kubernetes) is one of
+/// the group's: a misspelt name would leave that template without its settings, silently.
+fn check_template_names(provider: &ProviderConfig, group: &ScalingGroup) -> Result<()> {
+    let Some(named) = provider
+        .options
+        .get("templates")
+        .and_then(|t| t.as_object())
+    else {
+        return Ok(());
+    };
+    for name in named.keys() {
+        if !group.templates.iter().any(|t| &t.name == name) {
+            let theirs: Vec<&str> = group.templates.iter().map(|t| t.name.as_str()).collect();
+            return Err(ApiError::invalid(
+                &format!("provider.options.templates.{name}"),
+                format!(
+                    "names no template of group {:?} (its templates: {})",
+                    group.name,
+                    if theirs.is_empty() {
+                        "none".to_string()
+                    } else {
+                        theirs.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The configuration as stored: its secrets sealed.
 fn provider_json(app: &App, provider: &ProviderConfig) -> Result<String> {
     let mut sealed = provider.clone();
@@ -113,6 +143,7 @@ pub(super) async fn create_group(
         templates: b.templates,
     })?;
     let provider = validated_provider(b.provider.unwrap_or_default())?;
+    check_template_names(&provider, &group)?;
     crate::agent_update::check_policy(&app, &group.policy.agent_update).await?;
     crate::image_update::check_policy(&group.policy.image_update)?;
     app.store
@@ -227,13 +258,13 @@ async fn replace(app: &App, name: &str, b: NewGroup) -> Result<GroupView> {
         templates: b.templates,
     })?;
     // Validate everything before writing anything.
+    let stored = stored_provider(app, name).await?;
     let provider = match b.provider {
-        Some(p) => {
-            let stored = stored_provider(app, name).await?;
-            Some(validated_provider(p.keep_secrets_of(&stored))?)
-        }
+        Some(p) => Some(validated_provider(p.keep_secrets_of(&stored))?),
         None => None,
     };
+    // The templates may have changed under the provider's options, as well as the options.
+    check_template_names(provider.as_ref().unwrap_or(&stored), &group)?;
     crate::agent_update::check_policy(app, &group.policy.agent_update).await?;
     let before = find_group(app, name).await?;
     if let Some(p) = &provider {
@@ -367,9 +398,10 @@ pub(super) async fn put_provider(
     Body(provider): Body<ProviderConfig>,
 ) -> Result<Json<ProviderConfig>> {
     caller.require_admin()?;
-    find_group(&app, &name).await?;
+    let group = find_group(&app, &name).await?;
     let stored = stored_provider(&app, &name).await?;
     let provider = validated_provider(provider.keep_secrets_of(&stored))?;
+    check_template_names(&provider, &group)?;
     app.store
         .set_group_provider(&name, Some(&provider_json(&app, &provider)?), now())
         .await?;

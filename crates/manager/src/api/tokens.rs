@@ -95,7 +95,7 @@ pub(super) async fn revoke_token(
 ) -> Result<StatusCode> {
     caller.require_admin()?;
     let hash = app.store.revoke_token(&id).await?;
-    app.tokens.forget(&hash);
+    crate::auth::revoked(&app, vec![hash]);
     Ok(StatusCode::NO_CONTENT)
 }
 
