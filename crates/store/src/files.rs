@@ -100,14 +100,18 @@ impl Store {
     ) -> Result<Option<Vec<u8>>> {
         let from = i64::try_from(offset).unwrap_or(i64::MAX);
         let until = i64::try_from(offset.saturating_add(max)).unwrap_or(i64::MAX);
+        // No row is longer than a piece: the first one needed starts after this, so the read
+        // of a long log's end scans its last rows only.
+        let after = from.saturating_sub(PIECE as i64);
         let rows = sqlx::query(
             "SELECT start, data FROM files WHERE scope = $1 AND name = $2 \
-             AND start + length(data) > $3 AND start < $4 ORDER BY start",
+             AND start > $3 AND start < $4 AND start + length(data) > $5 ORDER BY start",
         )
         .bind(scope)
         .bind(name)
-        .bind(from)
+        .bind(after)
         .bind(until)
+        .bind(from)
         .fetch_all(&self.read)
         .await?;
         if rows.is_empty() {
@@ -173,15 +177,16 @@ async fn size_of<'e>(
     scope: &str,
     name: &str,
 ) -> Result<u64> {
-    let size: i64 = sqlx::query_scalar(
-        "SELECT CAST(COALESCE(MAX(start + length(data)), 0) AS BIGINT) \
-         FROM files WHERE scope = $1 AND name = $2",
+    // The last row's end, found by the key from the end: a long log's rows are not all read.
+    let size: Option<i64> = sqlx::query_scalar(
+        "SELECT CAST(start + length(data) AS BIGINT) FROM files \
+         WHERE scope = $1 AND name = $2 ORDER BY start DESC LIMIT 1",
     )
     .bind(scope)
     .bind(name)
-    .fetch_one(db)
+    .fetch_optional(db)
     .await?;
-    Ok(u64::try_from(size).unwrap_or(0))
+    Ok(size.map_or(0, |s| u64::try_from(s).unwrap_or(0)))
 }
 
 /// Writes one row; false if a row at `start` was there already.

@@ -2195,6 +2195,12 @@ on_both!(
             .await
             .unwrap();
         assert_eq!(middle.as_deref(), Some(&big[(1 << 20) - 5..(1 << 20) + 5]));
+        let third = (2 << 20) + 3;
+        let late = s
+            .read_file("sessions/s1", "outputs/a/big.bin", third as u64, 4)
+            .await
+            .unwrap();
+        assert_eq!(late.as_deref(), Some(&big[third..third + 4]));
         let past = s.read_file("sessions/s1", "outputs/a/big.bin", 1 << 30, 10);
         assert_eq!(past.await.unwrap(), Some(Vec::new()));
         assert_eq!(

@@ -264,12 +264,21 @@ pub fn document() -> Value {
     integer_ranges(&mut doc);
     answers(&mut doc, written_provider);
     prune(&mut doc);
-    for item in doc["paths"].as_object_mut().expect("paths").values_mut() {
+    for (path, item) in doc["paths"].as_object_mut().expect("paths") {
         for op in item
             .as_object_mut()
             .into_iter()
             .flat_map(|i| i.values_mut())
         {
+            // Every operation but this document reads the store (a token, at least): while the
+            // database is away it answers 503 with `Retry-After`.
+            if path != "/api/v1/openapi.json" {
+                if let Some(responses) = op["responses"].as_object_mut() {
+                    responses
+                        .entry("503")
+                        .or_insert_with(|| json!({"$ref": "#/components/responses/Error"}));
+                }
+            }
             // utoipa writes `security(())` as `[{}]` (any, or none); the document says none.
             if op.get("security") == Some(&json!([{}])) {
                 op["security"] = json!([]);
