@@ -4,6 +4,7 @@
 //! checks both. It is rows of at most [`PIECE`] bytes, each from byte `start`: a log grows by a
 //! row, and a read from an offset reads only the rows it needs.
 
+use futures_util::TryStreamExt;
 use sqlx::Row;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -103,7 +104,7 @@ impl Store {
         // No row is longer than a piece: the first one needed starts after this, so the read
         // of a long log's end scans its last rows only.
         let after = from.saturating_sub(PIECE as i64);
-        let rows = sqlx::query(
+        let mut rows = sqlx::query(
             "SELECT start, data FROM files WHERE scope = $1 AND name = $2 \
              AND start > $3 AND start < $4 AND start + length(data) > $5 ORDER BY start",
         )
@@ -112,27 +113,29 @@ impl Store {
         .bind(after)
         .bind(until)
         .bind(from)
-        .fetch_all(&self.read)
-        .await?;
-        if rows.is_empty() {
-            let there: Option<i64> = sqlx::query_scalar(
-                "SELECT start FROM files WHERE scope = $1 AND name = $2 LIMIT 1",
-            )
-            .bind(scope)
-            .bind(name)
-            .fetch_optional(&self.read)
-            .await?;
-            return Ok(there.map(|_| Vec::new()));
-        }
-        let mut out = Vec::new();
-        for row in rows {
+        .fetch(&self.read);
+        // Row by row into one buffer: a large file is not held twice, as rows and as the buffer.
+        let mut out: Option<Vec<u8>> = None;
+        while let Some(row) = rows.try_next().await? {
             let start = u64::try_from(row.try_get::<i64, _>(0)?).unwrap_or(0);
             let data: Vec<u8> = row.try_get(1)?;
             let skip = usize::try_from(offset.saturating_sub(start)).unwrap_or(usize::MAX);
+            let out = out.get_or_insert_with(Vec::new);
             out.extend_from_slice(data.get(skip..).unwrap_or_default());
         }
-        out.truncate(usize::try_from(max).unwrap_or(usize::MAX));
-        Ok(Some(out))
+        drop(rows);
+        if let Some(mut out) = out {
+            out.truncate(usize::try_from(max).unwrap_or(usize::MAX));
+            return Ok(Some(out));
+        }
+        // Nothing from the offset on: an empty read if the file is there.
+        let there: Option<i64> =
+            sqlx::query_scalar("SELECT start FROM files WHERE scope = $1 AND name = $2 LIMIT 1")
+                .bind(scope)
+                .bind(name)
+                .fetch_optional(&self.read)
+                .await?;
+        Ok(there.map(|_| Vec::new()))
     }
 
     /// The files of `scope` whose names begin with `prefix`, with their sizes, by name.
