@@ -10,11 +10,11 @@ use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
     Waiting,
 };
-use crate::dense::{self, SlotIndex, Vector};
+use crate::dense::{SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceGrant};
 use crate::dimensions::{self, Dimensions};
-use crate::ledger::DeviceNeed;
-use crate::model::{AgentState, Session, Timestamp};
+use crate::ledger::{DeviceNeed, Ledger};
+use crate::model::{AgentState, Sequencer, Session, Timestamp};
 use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
 use crate::schedule::{self, FreeIndex, Outcome, Placed, Request};
 use crate::slots::{Quantity, Slots};
@@ -156,12 +156,15 @@ struct Queue<'p> {
 /// could ever hold (one check per class), and puts the others in the sequencer's order.
 fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'p> {
     let index = pass.index();
-    let admission = Admission::new(index, pass.dims.standing_candidates(s));
-    let verdicts: Vec<_> = pass
-        .class_needs
-        .iter()
-        .map(|n| admission.check(index, n))
-        .collect();
+    // Most passes have no pending session: no candidates to gather.
+    let verdicts: Vec<_> = if pass.class_needs.is_empty() {
+        Vec::new()
+    } else {
+        let admission = Admission::new(index, pass.dims.standing_candidates(s));
+        (pass.class_needs.iter())
+            .map(|n| admission.check(index, n))
+            .collect()
+    };
     let mut admitted: Vec<usize> = Vec::new();
     let mut admitted_class: Vec<usize> = Vec::new();
     for (i, session) in pass.pending.iter().enumerate() {
@@ -208,36 +211,45 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
 /// group's capacity, over the named slots: a device's whole or fraction dimensions are not
 /// amounts, and its shares are in the `gpu` slot already).
 fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[Vector]) -> Vec<usize> {
-    let index = pass.index();
-    let named = index.names().len();
+    let sequencer = s.group.scheduler.sequencer;
+    if sessions.is_empty() {
+        return Vec::new();
+    }
     let mut usage: BTreeMap<&str, Vector> = BTreeMap::new();
-    for (x, r) in &pass.holding {
-        let u = usage
-            .entry(x.owner.as_str())
-            .or_insert_with(|| vec![0; named].into_boxed_slice());
-        dense::add(u, &index.vector(r));
+    let mut total = Vec::new();
+    // Only fair share weighs what owners hold.
+    if sequencer == Sequencer::Drf {
+        let index = pass.index();
+        let named = index.names().len();
+        for (x, r) in &pass.holding {
+            let u = usage
+                .entry(x.owner.as_str())
+                .or_insert_with(|| vec![0; named].into_boxed_slice());
+            index.add(u, r);
+        }
+        total = vec![0u64; named];
+        for a in s
+            .agents
+            .iter()
+            .filter(|a| matches!(a.state, AgentState::Alive | AgentState::Marked))
+        {
+            index.add(&mut total, &a.capacity);
+        }
     }
-    let mut total = vec![0u64; named];
-    for a in s
-        .agents
-        .iter()
-        .filter(|a| matches!(a.state, AgentState::Alive | AgentState::Marked))
-    {
-        dense::add(&mut total, &index.vector(&a.capacity));
-    }
-    schedule::sequence(s.group.scheduler.sequencer, sessions, needs, &usage, &total)
+    schedule::sequence(sequencer, sessions, needs, &usage, &total)
 }
 
 /// What step 2 leaves to step 3: the trial placement and the scaling plan made on it.
 struct Scaled {
-    /// Per agent: free capacity before this pass.
-    free: Vec<Vector>,
     /// Per agent: takes sessions before this pass's scaling decisions.
     open: Vec<bool>,
     /// Per admitted session: where the trial placed it, and on which devices.
     trial: Placed,
     /// Admitted sessions the trial found no room for, in queue order.
     unmet: Vec<usize>,
+    /// Per agent: free capacity and devices once the trial placed the queue.
+    trial_free: Vec<Vector>,
+    trial_ledgers: Vec<Ledger>,
     plan: ScalePlan,
 }
 
@@ -257,7 +269,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .iter()
         .map(|a| a.state == AgentState::Alive)
         .collect();
-    let mut placing = FreeIndex::new(index.len(), free.clone(), open.clone())
+    let mut placing = FreeIndex::new(index.len(), free, open.clone())
         .with_devices(index.devices(), pass.dims.agent_ledgers.clone());
     let trial = schedule::place(
         &s.group.scheduler,
@@ -297,16 +309,13 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .iter()
         .map(|&k| queue.sessions[k].submitted_at)
         .collect();
-    let trial_free: Vec<Vector> = (0..s.agents.len())
-        .map(|a| placing.free(a).into())
-        .collect();
-    let trial_ledgers = placing.ledgers();
+    let (trial_free, trial_ledgers) = placing.into_parts();
     let plan = policy_for(s.group.policy.kind).plan(&ScaleInput {
         snapshot: s,
         index,
         dims: &pass.dims,
         free: &trial_free,
-        ledgers: trial_ledgers,
+        ledgers: &trial_ledgers,
         used: &used,
         unmet: &unmet_needs,
         arrived: &arrived,
@@ -315,10 +324,11 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
     });
     write_scaling(s, index, &plan, decisions);
     Scaled {
-        free,
         open,
         trial,
         unmet,
+        trial_free,
+        trial_ledgers,
         plan,
     }
 }
@@ -349,10 +359,11 @@ fn write_scaling(s: &Snapshot, index: &SlotIndex, plan: &ScalePlan, decisions: &
 /// under the head-of-line rule; sessions left waiting get the reason the plan gave them.
 fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions: &mut Decisions) {
     let Scaled {
-        free,
         mut open,
         trial,
         unmet,
+        trial_free: mut free,
+        trial_ledgers: mut ledgers,
         plan,
     } = scaled;
     let config = &s.group.scheduler;
@@ -371,8 +382,17 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
         for u in &plan.unmarks {
             open[u.agent] = true;
         }
+        // Back to the free capacity before the trial: only the agents it placed on changed.
+        for outcome in &trial.outcomes {
+            if let Outcome::Placed { agent } = *outcome {
+                free[agent] = pass.dims.agent_free(agent, &s.agents[agent]);
+                if let Some(ledger) = ledgers.get_mut(agent) {
+                    *ledger = pass.dims.agent_ledgers[agent].clone();
+                }
+            }
+        }
         let mut placing = FreeIndex::new(pass.index().len(), free, open)
-            .with_devices(pass.index().devices(), pass.dims.agent_ledgers.clone());
+            .with_devices(pass.index().devices(), ledgers);
         schedule::place(
             config,
             &queue.requests,

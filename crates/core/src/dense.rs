@@ -6,6 +6,9 @@ use std::collections::BTreeSet;
 use crate::ledger::DeviceLayout;
 use crate::slots::{Quantity, SlotName, Slots};
 
+/// Names a snapshot's index looks among one by one; past them, in order.
+const FEW_NAMES: usize = 16;
+
 /// A dense vector of thousandths, in the order of a [`SlotIndex`].
 pub type Vector = Box<[u64]>;
 
@@ -20,23 +23,37 @@ pub struct SlotIndex {
 impl SlotIndex {
     /// The union of the names of all the given sets.
     pub fn of<'a>(sets: impl IntoIterator<Item = &'a Slots>) -> Self {
-        // A pass sees the same few names hundreds of thousands of times: a look-up in the few
-        // seen so far costs less than sorting them all.
-        let mut names: BTreeSet<&SlotName> = BTreeSet::new();
+        // A pass sees the same few names hundreds of thousands of times, nearly always the same
+        // shared copies (`SlotName::new` shares the common ones): a look among the few seen so
+        // far, by pointer first, costs less than sorting them all.
+        let mut names: Vec<&SlotName> = Vec::new();
+        // Past a few names (a queue of odd requests), a look-up by order instead.
+        let mut many: BTreeSet<&SlotName> = BTreeSet::new();
         let mut previous: Option<&Slots> = None;
         for set in sets {
-            // Sets come in runs of the same names (agents alike, sessions alike): one equality
-            // test a name skips a set already seen.
+            // Sets come in runs of the same names (agents alike, sessions alike): one test a
+            // name skips a set already seen.
             if previous.is_some_and(|p| p.names().eq(set.names())) {
                 continue;
             }
             for name in set.names() {
-                if !names.contains(name) {
-                    names.insert(name);
+                let seen = if names.len() <= FEW_NAMES {
+                    names.iter().any(|n| n.is(name)) || names.contains(&name)
+                } else {
+                    many.contains(name)
+                };
+                if !seen {
+                    names.push(name);
+                    match names.len() {
+                        n if n == FEW_NAMES + 1 => many.extend(names.iter().copied()),
+                        n if n > FEW_NAMES + 1 => _ = many.insert(name),
+                        _ => {}
+                    }
                 }
             }
             previous = Some(set);
         }
+        names.sort_unstable();
         SlotIndex {
             names: names.into_iter().cloned().collect(),
             devices: DeviceLayout::default(),
@@ -79,6 +96,21 @@ impl SlotIndex {
     pub fn vector_into(&self, slots: &Slots, v: &mut Vec<u64>) {
         v.clear();
         v.resize(self.len(), 0);
+        self.walk(slots, |i, milli| v[i] = milli);
+    }
+
+    /// `v -= slots`, slot by slot, saturating at 0.
+    pub fn subtract(&self, v: &mut [u64], slots: &Slots) {
+        self.walk(slots, |i, milli| v[i] = v[i].saturating_sub(milli));
+    }
+
+    /// `v += slots`, slot by slot, saturating.
+    pub fn add(&self, v: &mut [u64], slots: &Slots) {
+        self.walk(slots, |i, milli| v[i] = v[i].saturating_add(milli));
+    }
+
+    /// Calls `f` with the position and thousandths of each of `slots`' names.
+    fn walk(&self, slots: &Slots, mut f: impl FnMut(usize, u64)) {
         // Both are in name order: one walk, an equality test a step (the hot loop of a pass).
         let mut i = 0;
         for (name, q) in slots.iter() {
@@ -90,7 +122,7 @@ impl SlotIndex {
             {
                 i += 1;
             }
-            v[i] = q.milli();
+            f(i, q.milli());
             i += 1;
         }
     }
@@ -149,5 +181,19 @@ mod tests {
             &index.vector(&a)
         ));
         assert!(!fits(&index.vector(&b), &index.vector(&a)));
+    }
+
+    #[test]
+    fn an_index_of_many_names_holds_each_once_in_order() {
+        // Names made apart (not shared), past the few looked among one by one, seen twice.
+        let sets: Vec<Slots> = (0..40)
+            .chain(0..40)
+            .map(|i| format!("cpu=1,s{:02}=1", 39 - i).parse().unwrap())
+            .collect();
+        let index = SlotIndex::of(&sets);
+        let names: Vec<&str> = index.names().iter().map(|n| n.as_str()).collect();
+        let mut expected: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+        expected.insert(0, "cpu".into());
+        assert_eq!(names, expected);
     }
 }

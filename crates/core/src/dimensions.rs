@@ -102,15 +102,8 @@ impl Dimensions {
 
     /// Agent `a`'s free capacity now (an over-allocated agent has none of that slot).
     pub fn agent_free(&self, a: usize, agent: &Agent) -> Vector {
-        let (cap, alloc) = (
-            self.index.vector(&agent.capacity),
-            self.index.vector(&agent.allocated),
-        );
-        let mut v: Vector = cap
-            .iter()
-            .zip(alloc.iter())
-            .map(|(c, u)| c.saturating_sub(*u))
-            .collect();
+        let mut v = self.index.vector(&agent.capacity);
+        self.index.subtract(&mut v, &agent.allocated);
         self.layout().write_free(&self.agent_ledgers[a], &mut v);
         v
     }

@@ -84,7 +84,7 @@ impl DeviceLayout {
         let mut previous = None;
         for class in classes {
             // Devices come in runs of one class (an agent's eight GPUs).
-            if previous == Some(class) {
+            if previous.is_some_and(|p| same_key(p, class)) {
                 continue;
             }
             previous = Some(class);
@@ -337,7 +337,7 @@ impl DeviceLayout {
         self.class_of
             .get(&(kind, memory))?
             .iter()
-            .find(|(m, _)| m == model)
+            .find(|(m, _)| same_text(m, model))
             .map(|&(_, c)| c)
     }
 
@@ -510,7 +510,21 @@ impl DeviceLayout {
 
 /// Whether two devices are of one class (kind, model, memory).
 fn same_class(a: &Device, b: &Device) -> bool {
-    a.memory == b.memory && a.kind == b.kind && a.model == b.model
+    same_key(
+        (&a.kind, &a.model, a.memory.milli()),
+        (&b.kind, &b.model, b.memory.milli()),
+    )
+}
+
+/// Whether two (kind, model, memory) keys name one class, numbers first.
+fn same_key(a: (&SlotName, &str, u64), b: (&SlotName, &str, u64)) -> bool {
+    a.2 == b.2 && a.0 == b.0 && same_text(a.1, b.1)
+}
+
+/// Equal texts. A pass compares every device's model with the one before it, and most are
+/// empty or shared: those are equal without reading them.
+fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || std::ptr::eq(a.as_ptr(), b.as_ptr()) || a == b)
 }
 
 fn class_text(model: &str, memory: u64) -> String {

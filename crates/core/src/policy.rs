@@ -7,7 +7,7 @@ use crate::decisions::{NoLaunch, WaitReason};
 use crate::dense::{self, fits, SlotIndex, Vector};
 use crate::dimensions::Dimensions;
 use crate::ledger::Ledger;
-use crate::model::{AgentState, PlacementStrategy, PolicyKind, Timestamp};
+use crate::model::{Agent, AgentState, PlacementStrategy, PolicyKind, Timestamp};
 use crate::planner::{self, DemandClass, Offer, Pack};
 use crate::schedule::FreeIndex;
 use crate::snapshot::Snapshot;
@@ -333,12 +333,20 @@ fn wait_for_in_flight(
 
 /// Marked agents and which of them this pass unmarks.
 struct Reuse {
-    /// Free capacity per agent, less what returning demand takes on marked ones.
-    marked: FreeIndex,
+    /// Free capacity per agent, less what returning demand takes on marked ones; none when no
+    /// agent may be unmarked (nothing is taken from the agents' free capacity then).
+    marked: Option<FreeIndex>,
     /// Per agent: marked, neither drained by hand nor updating (the policy may unmark it).
     reusable: Vec<bool>,
     /// Per agent: unmarked in this pass.
     unmarked: Vec<bool>,
+}
+
+impl Reuse {
+    /// Agent `a`'s free capacity, less what returning demand takes on it.
+    fn free<'a>(&'a self, input: &'a ScaleInput, a: usize) -> &'a [u64] {
+        self.marked.as_ref().map_or(&input.free[a], |m| m.free(a))
+    }
 }
 
 /// Places unmet demand on reusable marked agents (binpack) and unmarks those it lands on;
@@ -350,22 +358,26 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
         .iter()
         .map(|a| a.state == AgentState::Marked && !a.drained_by_hand && a.updating.is_none())
         .collect();
-    let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone())
-        .with_devices(input.index.devices(), input.ledgers.to_vec());
     let mut unmarked = vec![false; s.agents.len()];
-    rest.retain(|&k| {
-        if k >= input.held_from {
-            return true;
-        }
-        let need = input.unmet[k].0;
-        match marked.find(need, PlacementStrategy::Binpack) {
-            Some(a) => {
-                marked.take(a, need);
-                unmarked[a] = true;
-                false
+    // Most passes have no marked agent: no index of them to make.
+    let marked = reusable.contains(&true).then(|| {
+        let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone())
+            .with_devices(input.index.devices(), input.ledgers.to_vec());
+        rest.retain(|&k| {
+            if k >= input.held_from {
+                return true;
             }
-            None => true,
-        }
+            let need = input.unmet[k].0;
+            match marked.find(need, PlacementStrategy::Binpack) {
+                Some(a) => {
+                    marked.take(a, need);
+                    unmarked[a] = true;
+                    false
+                }
+                None => true,
+            }
+        });
+        marked
     });
     Reuse {
         marked,
@@ -401,7 +413,7 @@ fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -
     let mut free = vec![0u64; input.index.len()];
     for (a, agent) in s.agents.iter().enumerate() {
         if agent.state == AgentState::Alive || reuse.unmarked[a] {
-            dense::add(&mut free, reuse.marked.free(a));
+            dense::add(&mut free, reuse.free(input, a));
         }
     }
     for b in 0..launching.template.len() {
@@ -415,7 +427,7 @@ fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -
         }
         if reuse.reusable[a] && !reuse.unmarked[a] {
             reuse.unmarked[a] = true;
-            dense::add(&mut free, reuse.marked.free(a));
+            dense::add(&mut free, reuse.free(input, a));
         }
     }
     let deficit = Headroom::deficit_of(&target, &free);
@@ -744,6 +756,17 @@ fn mark_idle(input: &ScaleInput, mut keep: u32, headroom: &mut Headroom) -> Vec<
 
 /// Marked agents this pass did not unmark that hold nothing: no session, no allocation.
 fn terminate_marked_empty(s: &Snapshot, unmarked: &[bool]) -> Vec<AgentAction> {
+    let candidate = |(a, agent): &(usize, &Agent)| {
+        agent.state == AgentState::Marked
+            && !unmarked[*a]
+            && !agent.external
+            && agent.updating.is_none()
+            && agent.is_idle()
+    };
+    // Most passes have no marked agent: the sessions are read only when one may go.
+    if !s.agents.iter().enumerate().any(|a| candidate(&a)) {
+        return Vec::new();
+    }
     let busy: HashSet<&str> = s
         .sessions
         .iter()
@@ -753,14 +776,7 @@ fn terminate_marked_empty(s: &Snapshot, unmarked: &[bool]) -> Vec<AgentAction> {
     s.agents
         .iter()
         .enumerate()
-        .filter(|&(a, agent)| {
-            agent.state == AgentState::Marked
-                && !unmarked[a]
-                && !agent.external
-                && agent.updating.is_none()
-                && agent.is_idle()
-                && !busy.contains(agent.id.0.as_str())
-        })
+        .filter(|a| candidate(a) && !busy.contains(a.1.id.0.as_str()))
         .map(|(a, _)| AgentAction::new(a, "marked and empty"))
         .collect()
 }

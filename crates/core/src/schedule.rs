@@ -195,6 +195,12 @@ impl FreeIndex {
         self.devices.as_ref().map_or(&[], |d| &d.ledgers)
     }
 
+    /// Every agent's free capacity and ledger (none when the index has no devices), as the
+    /// placements left them.
+    pub fn into_parts(self) -> (Vec<Vector>, Vec<Ledger>) {
+        (self.free, self.devices.map_or_else(Vec::new, |d| d.ledgers))
+    }
+
     /// Whether the summary alone decides for `need` (else the agent's devices are looked at).
     fn exact(&self, need: &[u64]) -> bool {
         self.devices.as_ref().is_none_or(|d| d.layout.exact(need))

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -91,6 +91,11 @@ impl Serialize for SlotName {
     }
 }
 
+/// The names nearly every request and agent has, made once: every `cpu` shares one copy, so a
+/// pass compares them by pointer.
+static COMMON: LazyLock<[SlotName; 4]> =
+    LazyLock::new(|| ["cpu", "mem", "gpu", "disk"].map(|n| SlotName(n.into())));
+
 impl SlotName {
     pub fn new(name: &str) -> Result<Self, SlotError> {
         if name.is_empty() {
@@ -103,11 +108,20 @@ impl SlotName {
         if !first_ok || !rest_ok || name.len() > 64 {
             return Err(SlotError::InvalidName(name.to_string()));
         }
+        if let Some(common) = COMMON.iter().find(|c| &*c.0 == name) {
+            return Ok(common.clone());
+        }
         Ok(SlotName(name.into()))
     }
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// The very same name (one shared copy): equal without reading it. Equal names made apart
+    /// are not the same.
+    pub fn is(&self, other: &SlotName) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 
     /// Byte-valued slots print with binary units (`4GiB`).

@@ -9,12 +9,14 @@
 //!   over a simulated `world` (nothing here decides what to admit, launch or place);
 //! - `report`: waits, slowdown, utilisation, node-hours, cost and its lower bound; `plot`: the
 //!   time series as an SVG chart.
+//! - `synthetic`: a seeded machine-learning workload, for the speed benchmarks.
 
 mod clock;
 pub mod config;
 mod engine;
 pub mod plot;
 pub mod report;
+pub mod synthetic;
 pub mod trace;
 mod world;
 

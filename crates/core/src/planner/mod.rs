@@ -141,6 +141,27 @@ pub fn pack(
     headroom_deficit: &[u64],
 ) -> Pack {
     let width = tables::width(classes, offers, headroom_deficit.len());
+    // Nothing to pack, or nothing may be launched (most passes): no prices to solve for.
+    if node_budget == 0 || (classes.is_empty() && headroom_deficit.iter().all(|&d| d == 0)) {
+        return Pack {
+            launches: vec![0; offers.len()],
+            served: vec![Vec::new(); classes.len()],
+            unserved: classes.iter().map(|c| c.count).collect(),
+            groups: Vec::new(),
+            headroom_short: tables::padded(headroom_deficit, width).into_boxed_slice(),
+        };
+    }
+    solve(classes, offers, node_budget, headroom_deficit, width)
+}
+
+/// [`pack`], every step run.
+fn solve(
+    classes: &[DemandClass],
+    offers: &[Offer],
+    node_budget: u32,
+    headroom_deficit: &[u64],
+    width: usize,
+) -> Pack {
     let t = Tables::new(classes, offers, width, |o| {
         valid_price(o.price_per_hour) && o.available > 0
     });

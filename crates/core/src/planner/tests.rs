@@ -239,6 +239,17 @@ proptest! {
     }
 
     #[test]
+    fn a_pack_with_nothing_to_launch_is_what_every_step_would_say(
+        (classes, offers, _, deficit) in small_inputs()
+    ) {
+        let width = tables::width(&classes, &offers, deficit.len());
+        prop_assert_eq!(
+            pack(&classes, &offers, 0, &deficit),
+            super::solve(&classes, &offers, 0, &deficit, width)
+        );
+    }
+
+    #[test]
     fn packs_of_real_sizes_are_sound((classes, offers, budget, deficit) in real_inputs()) {
         check_pack(&classes, &offers, budget, &deficit)?;
     }
@@ -344,4 +355,16 @@ fn check_pack(
         );
     }
     Ok(())
+}
+
+#[test]
+fn nothing_to_pack_is_what_every_step_would_say() {
+    let offers = vec![offer(&[4, 8], 1.0, 3), offer(&[16, 64], 3.5, 0)];
+    for deficit in [&[][..], &[0][..], &[0, 0, 0][..]] {
+        let width = tables::width(&[], &offers, deficit.len());
+        assert_eq!(
+            pack(&[], &offers, 5, deficit),
+            super::solve(&[], &offers, 5, deficit, width)
+        );
+    }
 }
