@@ -1,7 +1,7 @@
 //! The cycle: one pure pass over a group's snapshot. Admit, then scale, then schedule.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use foldhash::fast::FixedState;
 
@@ -16,7 +16,7 @@ use crate::dimensions::{self, Dimensions};
 use crate::ledger::{DeviceNeed, Ledger};
 use crate::model::{AgentState, Sequencer, Session, Timestamp};
 use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
-use crate::schedule::{self, FreeIndex, Outcome, Placed, Request};
+use crate::schedule::{self, FreeIndex, Outcome, Placed, Request, Usage};
 use crate::slots::{Quantity, Slots};
 use crate::snapshot::Snapshot;
 
@@ -215,17 +215,21 @@ fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[Vector
     if sessions.is_empty() {
         return Vec::new();
     }
-    let mut usage: BTreeMap<&str, Vector> = BTreeMap::new();
+    let mut usage = Usage::default();
     let mut total = Vec::new();
-    // Only fair share weighs what owners hold.
+    // Only fair share weighs what owners hold, and only for owners in the queue.
     if sequencer == Sequencer::Drf {
         let index = pass.index();
         let named = index.names().len();
-        for (x, r) in &pass.holding {
-            let u = usage
+        for x in sessions {
+            usage
                 .entry(x.owner.as_str())
                 .or_insert_with(|| vec![0; named].into_boxed_slice());
-            index.add(u, r);
+        }
+        for (x, r) in &pass.holding {
+            if let Some(u) = usage.get_mut(x.owner.as_str()) {
+                index.add(u, r);
+            }
         }
         total = vec![0u64; named];
         for a in s

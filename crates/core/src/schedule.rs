@@ -6,7 +6,9 @@
 //! during a pass).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+
+use foldhash::fast::FixedState;
 
 use crate::dense::{self, fits, Vector};
 use crate::ledger::{DeviceLayout, Grant, Ledger};
@@ -58,6 +60,9 @@ pub fn by_keys(keys: &[QueueKey], a: &Session, b: &Session) -> std::cmp::Orderin
         .unwrap_or(std::cmp::Ordering::Equal)
 }
 
+/// What each owner holds now, by owner (DRF reads those with sessions in the queue).
+pub type Usage<'a> = HashMap<&'a str, Vector, FixedState>;
+
 /// The order in which to consider `sessions` (indexes into it).
 ///
 /// `needs[i]` is the required shares of `sessions[i]`; `usage` is what each owner holds now and
@@ -66,7 +71,7 @@ pub fn sequence(
     sequencer: Sequencer,
     sessions: &[&Session],
     needs: &[Vector],
-    usage: &BTreeMap<&str, Vector>,
+    usage: &Usage,
     total: &[u64],
 ) -> Vec<usize> {
     let mut order: Vec<usize> = (0..sessions.len()).collect();
@@ -84,7 +89,7 @@ fn drf_order(
     fifo: &[usize],
     sessions: &[&Session],
     needs: &[Vector],
-    usage: &BTreeMap<&str, Vector>,
+    usage: &Usage,
     total: &[u64],
 ) -> Vec<usize> {
     let mut queues: BTreeMap<&str, VecDeque<usize>> = BTreeMap::new();
@@ -469,7 +474,7 @@ mod tests {
         ];
         let s: Vec<&Session> = all.iter().collect();
         let needs = vec![v(&[1]); 4];
-        let usage = BTreeMap::new();
+        let usage = Usage::default();
         let seq = |q| ids(&sequence(q, &s, &needs, &usage, &[10]), &s);
         assert_eq!(seq(Sequencer::Fifo), ["d", "c", "b", "a"]);
         assert_eq!(seq(Sequencer::Lifo), ["a", "b", "c", "d"]);
@@ -488,7 +493,7 @@ mod tests {
         ];
         let s: Vec<&Session> = all.iter().collect();
         let needs = vec![v(&[10, 0]); 5];
-        let usage = BTreeMap::from([("x", v(&[50, 0]))]);
+        let usage = Usage::from_iter([("x", v(&[50, 0]))]);
         let order = sequence(Sequencer::Drf, &s, &needs, &usage, &[100, 8]);
         assert_eq!(ids(&order, &s), ["y1", "y2", "y3", "x1", "x2"]);
     }

@@ -376,7 +376,9 @@ impl<'a> World<'a> {
     /// agent that takes nothing) is an engine error, never applied.
     fn apply(&mut self, d: &Decisions, clock: &mut Clock) -> Result<(), SimError> {
         let now = self.snapshot.now;
-        let (reject_at, place_at) = {
+        let (reject_at, place_at) = if d.rejections.is_empty() && d.placements.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
             let by_id: BTreeMap<&SessionId, usize> = self
                 .snapshot
                 .sessions

@@ -142,7 +142,9 @@ pub fn pack(
 ) -> Pack {
     let width = tables::width(classes, offers, headroom_deficit.len());
     // Nothing to pack, or nothing may be launched (most passes): no prices to solve for.
-    if node_budget == 0 || (classes.is_empty() && headroom_deficit.iter().all(|&d| d == 0)) {
+    let launchable = node_budget > 0
+        && (offers.iter()).any(|o| valid_price(o.price_per_hour) && o.available > 0);
+    if !launchable || (classes.is_empty() && headroom_deficit.iter().all(|&d| d == 0)) {
         return Pack {
             launches: vec![0; offers.len()],
             served: vec![Vec::new(); classes.len()],

@@ -240,12 +240,21 @@ proptest! {
 
     #[test]
     fn a_pack_with_nothing_to_launch_is_what_every_step_would_say(
-        (classes, offers, _, deficit) in small_inputs()
+        (classes, mut offers, budget, deficit) in small_inputs()
     ) {
         let width = tables::width(&classes, &offers, deficit.len());
+        // No launch allowed.
         prop_assert_eq!(
             pack(&classes, &offers, 0, &deficit),
             super::solve(&classes, &offers, 0, &deficit, width)
+        );
+        // No offer available.
+        for o in &mut offers {
+            o.available = 0;
+        }
+        prop_assert_eq!(
+            pack(&classes, &offers, budget, &deficit),
+            super::solve(&classes, &offers, budget, &deficit, width)
         );
     }
 
