@@ -35,6 +35,7 @@ impl Store {
         mut data: impl AsyncRead + Unpin,
     ) -> Result<u64> {
         let mut tx = self.write_tx().await?;
+        self.lock_file(&mut tx, scope, name).await?;
         if let Some(other) = clashing(&mut tx, scope, name).await? {
             return Err(StoreError::conflict("file", other));
         }
@@ -73,6 +74,7 @@ impl Store {
         data: &[u8],
     ) -> Result<Appended> {
         let mut tx = self.write_tx().await?;
+        self.lock_file(&mut tx, scope, name).await?;
         let size = size_of(&mut *tx, scope, name).await?;
         if size != offset {
             return Ok(Appended::Size(size));
@@ -164,12 +166,27 @@ impl Store {
     /// Removes file `name` of `scope`, if it is there.
     pub async fn delete_file(&self, scope: &str, name: &str) -> Result<()> {
         let mut tx = self.write_tx().await?;
+        self.lock_file(&mut tx, scope, name).await?;
         sqlx::query("DELETE FROM files WHERE scope = $1 AND name = $2")
             .bind(scope)
             .bind(name)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        Ok(())
+    }
+
+    /// Makes writers of one file take turns until `tx` ends. On PostgreSQL two uploads of one
+    /// name through two managers would otherwise interleave their rows (the second's rows at
+    /// offsets the first wrote are dropped); SQLite writes one transaction at a time already.
+    async fn lock_file(&self, tx: &mut Tx, scope: &str, name: &str) -> Result<()> {
+        if self.backend == crate::Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || '/' || $2, 0))")
+                .bind(scope)
+                .bind(name)
+                .execute(&mut **tx)
+                .await?;
+        }
         Ok(())
     }
 }

@@ -2295,6 +2295,37 @@ on_both!(
     }
 );
 
+on_both!(of_uploads_of_one_file_at_once_one_is_kept_whole, |db| {
+    let s = &db.store;
+    // Lengths across row boundaries, each upload of its own byte: a file that mixes two
+    // shows it.
+    let uploads: Vec<Vec<u8>> = [3 << 20, (1 << 20) + 5, 17, (2 << 20) + 1, 5 << 20, 1]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| vec![b'a' + i as u8; len])
+        .collect();
+    let mut puts = tokio::task::JoinSet::new();
+    for data in uploads.clone() {
+        let s = s.clone();
+        puts.spawn(async move { s.put_file("sessions/s1", "out/model.bin", &data[..]).await });
+    }
+    while let Some(done) = puts.join_next().await {
+        done.unwrap().unwrap();
+    }
+    let kept = s
+        .read_file("sessions/s1", "out/model.bin", 0, 16 << 20)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        uploads.contains(&kept),
+        "a file of {} bytes that is none of the uploads (starts with {:?}, ends with {:?})",
+        kept.len(),
+        kept.first().map(|&b| b as char),
+        kept.last().map(|&b| b as char)
+    );
+});
+
 on_both!(
     one_of_two_appends_at_the_same_offset_at_once_is_written,
     |db| {
