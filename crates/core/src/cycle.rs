@@ -146,7 +146,7 @@ struct Queue<'p> {
     admitted: Vec<usize>,
     sessions: Vec<&'p Session>,
     /// Per admitted session: its required shares.
-    needs: Vec<Vector>,
+    needs: Vec<&'p [u64]>,
     requests: Vec<Request<'p>>,
     /// Indexes into `sessions`, in the sequencer's order.
     order: Vec<usize>,
@@ -184,9 +184,9 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
         }
     }
     let sessions: Vec<&Session> = admitted.iter().map(|&i| pass.pending[i]).collect();
-    let needs: Vec<Vector> = admitted_class
+    let needs: Vec<&[u64]> = admitted_class
         .iter()
-        .map(|&c| pass.class_needs[c].clone())
+        .map(|&c| &*pass.class_needs[c])
         .collect();
     let order = queue_order(s, pass, &sessions, &needs);
     let requests: Vec<Request> = admitted
@@ -210,7 +210,7 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
 /// The sequencer's order of the admitted sessions (DRF counts what each owner holds against the
 /// group's capacity, over the named slots: a device's whole or fraction dimensions are not
 /// amounts, and its shares are in the `gpu` slot already).
-fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[Vector]) -> Vec<usize> {
+fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[&[u64]]) -> Vec<usize> {
     let sequencer = s.group.scheduler.sequencer;
     if sessions.is_empty() {
         return Vec::new();
@@ -274,7 +274,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .map(|a| a.state == AgentState::Alive)
         .collect();
     let mut placing = FreeIndex::new(index.len(), free, open.clone())
-        .with_devices(index.devices(), pass.dims.agent_ledgers.clone());
+        .with_devices(index.shared_devices(), pass.dims.agent_ledgers.clone());
     let trial = schedule::place(
         &s.group.scheduler,
         &queue.requests,
@@ -307,7 +307,7 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .map_or(unmet.len(), |blocker| blocker + 1);
     let unmet_needs: Vec<(&[u64], usize)> = unmet
         .iter()
-        .map(|&k| (&*queue.needs[k], queue.requests[k].class))
+        .map(|&k| (queue.needs[k], queue.requests[k].class))
         .collect();
     let arrived: Vec<Timestamp> = unmet
         .iter()
@@ -396,7 +396,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
             }
         }
         let mut placing = FreeIndex::new(pass.index().len(), free, open)
-            .with_devices(pass.index().devices(), ledgers);
+            .with_devices(pass.index().shared_devices(), ledgers);
         schedule::place(
             config,
             &queue.requests,

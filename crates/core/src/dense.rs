@@ -2,6 +2,7 @@
 //! check is a walk over a few integers instead of map look-ups.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::ledger::DeviceLayout;
 use crate::slots::{Quantity, SlotName, Slots};
@@ -17,7 +18,8 @@ pub type Vector = Box<[u64]>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlotIndex {
     names: Vec<SlotName>,
-    devices: DeviceLayout,
+    /// Shared: the indexes of one pass's steps hold the same layout.
+    devices: Arc<DeviceLayout>,
 }
 
 impl SlotIndex {
@@ -33,7 +35,7 @@ impl SlotIndex {
         for set in sets {
             // Sets come in runs of the same names (agents alike, sessions alike): one test a
             // name skips a set already seen.
-            if previous.is_some_and(|p| p.names().eq(set.names())) {
+            if previous.is_some_and(|p| p.len() == set.len() && p.names().eq(set.names())) {
                 continue;
             }
             for name in set.names() {
@@ -56,17 +58,22 @@ impl SlotIndex {
         names.sort_unstable();
         SlotIndex {
             names: names.into_iter().cloned().collect(),
-            devices: DeviceLayout::default(),
+            devices: Arc::default(),
         }
     }
 
     /// With the devices' dimensions after the names: `devices` must start at `self.names().len()`.
     pub fn with_devices(mut self, devices: DeviceLayout) -> Self {
-        self.devices = devices;
+        self.devices = Arc::new(devices);
         self
     }
 
     pub fn devices(&self) -> &DeviceLayout {
+        &self.devices
+    }
+
+    /// The device layout, to share with a [`FreeIndex`](crate::schedule::FreeIndex).
+    pub fn shared_devices(&self) -> &Arc<DeviceLayout> {
         &self.devices
     }
 

@@ -309,7 +309,7 @@ fn wait_for_in_flight(
         }
     }
     let mut launching = FreeIndex::new(input.index.len(), bins, vec![true; bin_template.len()])
-        .with_devices(input.index.devices(), bin_ledgers);
+        .with_devices(input.index.shared_devices(), bin_ledgers);
     let mut rest = Vec::new();
     for (k, &(need, _)) in input.unmet.iter().enumerate() {
         match launching.find(need, PlacementStrategy::Binpack) {
@@ -362,7 +362,7 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
     // Most passes have no marked agent: no index of them to make.
     let marked = reusable.contains(&true).then(|| {
         let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone())
-            .with_devices(input.index.devices(), input.ledgers.to_vec());
+            .with_devices(input.index.shared_devices(), input.ledgers.to_vec());
         rest.retain(|&k| {
             if k >= input.held_from {
                 return true;

@@ -7,6 +7,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
@@ -67,10 +68,10 @@ pub type Usage<'a> = HashMap<&'a str, Vector, FixedState>;
 ///
 /// `needs[i]` is the required shares of `sessions[i]`; `usage` is what each owner holds now and
 /// `total` the group's capacity, both for DRF.
-pub fn sequence(
+pub fn sequence<N: AsRef<[u64]>>(
     sequencer: Sequencer,
     sessions: &[&Session],
-    needs: &[Vector],
+    needs: &[N],
     usage: &Usage,
     total: &[u64],
 ) -> Vec<usize> {
@@ -85,10 +86,10 @@ pub fn sequence(
 
 /// Progressive filling: repeatedly serve the owner with the smallest dominant share, as if each
 /// session served were placed.
-fn drf_order(
+fn drf_order<N: AsRef<[u64]>>(
     fifo: &[usize],
     sessions: &[&Session],
-    needs: &[Vector],
+    needs: &[N],
     usage: &Usage,
     total: &[u64],
 ) -> Vec<usize> {
@@ -121,7 +122,7 @@ fn drf_order(
         let (used, queue) = &mut owners[o];
         let Some(i) = queue.pop_front() else { continue };
         order.push(i);
-        dense::add(used, &needs[i]);
+        dense::add(used, needs[i].as_ref());
         if !queue.is_empty() {
             heap.push(Reverse((share(used), o)));
         }
@@ -149,7 +150,7 @@ pub struct FreeIndex {
 /// summary, recomputed when a placement takes devices.
 #[derive(Debug, Clone)]
 struct Devices {
-    layout: DeviceLayout,
+    layout: Arc<DeviceLayout>,
     ledgers: Vec<Ledger>,
 }
 
@@ -176,7 +177,7 @@ impl FreeIndex {
 
     /// With the agents' device ledgers (one per agent, as `free`), which the device dimensions
     /// of `free` summarise under `layout`. Without device dimensions, nothing changes.
-    pub fn with_devices(mut self, layout: &DeviceLayout, ledgers: Vec<Ledger>) -> Self {
+    pub fn with_devices(mut self, layout: &Arc<DeviceLayout>, ledgers: Vec<Ledger>) -> Self {
         if layout.dims() > 0 {
             self.devices = Some(Box::new(Devices {
                 layout: layout.clone(),

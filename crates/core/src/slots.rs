@@ -341,6 +341,11 @@ impl Slots {
         }
     }
 
+    /// How many slots have an amount.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

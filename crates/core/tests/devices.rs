@@ -482,7 +482,7 @@ proptest! {
             layout.write_free(l, &mut v);
             v.into_boxed_slice()
         }).collect();
-        let mut index = FreeIndex::new(width, free, vec![true; s.agents.len()]).with_devices(&layout, ledgers);
+        let mut index = FreeIndex::new(width, free, vec![true; s.agents.len()]).with_devices(&std::sync::Arc::new(layout.clone()), ledgers);
         let placement = if spread { corral_core::PlacementStrategy::Spread } else { corral_core::PlacementStrategy::Binpack };
         for need in &needs {
             if let Some(a) = index.find(need, placement) {
