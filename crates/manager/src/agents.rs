@@ -960,6 +960,12 @@ pub(crate) async fn read_log_waiting(
     }
 }
 
+/// The start of a session's log (at most [`MAX_LOG_READ`] bytes), for a caller who holds its
+/// record (and so may read it).
+pub(crate) async fn log_head(app: &App, record: &SessionRecord, stream: &str) -> Result<Vec<u8>> {
+    log_bytes(app, record, stream, check_stream(stream)?, 0).await
+}
+
 /// At most [`MAX_LOG_READ`] bytes of a session's log from `offset`.
 async fn log_bytes(
     app: &App,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 
 use corral_core::AgentState;
-use corral_store::{InstancePhase, Store, StoreError};
+use corral_store::{Store, StoreError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -241,13 +241,7 @@ impl Metrics {
     async fn read_gauges(&self, store: &Store) -> Result<(), StoreError> {
         let counts = store.count_sessions().await?;
         let agents = store.list_agents(None).await?;
-        let mut instances = Vec::new();
-        for group in store.list_groups().await? {
-            let listed = store
-                .list_instances(&group.name, &InstancePhase::ALL)
-                .await?;
-            instances.extend(listed.into_iter().map(|i| (group.name.clone(), i.phase)));
-        }
+        let instances = store.count_instances().await?;
         self.sessions.clear();
         for (group, state, count) in counts {
             let labels = StateLabels { group, state };
@@ -287,12 +281,9 @@ impl Metrics {
                 .set(units(total.saturating_sub(held)));
         }
         self.instances.clear();
-        for (group, phase) in instances {
-            let labels = PhaseLabels {
-                group,
-                phase: word(&phase),
-            };
-            self.instances.get_or_create(&labels).inc();
+        for (group, phase, count) in instances {
+            let labels = PhaseLabels { group, phase };
+            self.instances.get_or_create(&labels).set(count);
         }
         Ok(())
     }

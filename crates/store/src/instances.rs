@@ -136,6 +136,19 @@ impl Store {
         Ok(rows)
     }
 
+    /// How many instances each group has in each phase (`requested`, `joined`...), in one
+    /// query: what the metrics show.
+    pub async fn count_instances(&self) -> Result<Vec<(String, String, i64)>> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT i.group_name, i.state, COUNT(*) FROM instances i \
+             JOIN groups g ON g.name = i.group_name \
+             GROUP BY i.group_name, i.state ORDER BY i.group_name, i.state",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        Ok(rows)
+    }
+
     pub async fn get_instance(&self, id: &str) -> Result<Option<InstanceRecord>> {
         let sql = format!("SELECT {COLUMNS} FROM instances WHERE id = $1");
         sqlx::query(sqlx::AssertSqlSafe(sql))

@@ -1249,6 +1249,12 @@ on_both!(instances_follow_launches_joins_and_terminations, |db| {
         .unwrap();
     assert_eq!(terminating.len(), 1);
     assert_eq!(terminating[0].id, id);
+    // What the metrics show: per group and phase.
+    let count = |phase: &str, n| ("g".to_string(), phase.to_string(), n);
+    assert_eq!(
+        s.count_instances().await.unwrap(),
+        [count("requested", 1), count("terminating", 1)]
+    );
     assert!(matches!(
         s.delete_group("g").await,
         Err(StoreError::Refused(m)) if m.contains("instance")

@@ -37,9 +37,10 @@ pub async fn page(
     let outputs = crate::agents::output_files(&app, &id).await?;
     let mut logs = Vec::new();
     for stream in ["stdout", "stderr"] {
-        let (bytes, _) =
-            crate::agents::read_log_waiting(&app, &viewer, &id, stream, 0, None).await?;
-        logs.push((stream, bytes));
+        logs.push((
+            stream,
+            crate::agents::log_head(&app, &record, stream).await?,
+        ));
     }
     let s = &record.session;
     let ended = s.state.is_terminal();
