@@ -109,7 +109,7 @@ impl<'a> Pass<'a> {
             .collect();
         let dims = dims.finish(s);
         // Classes whose named requests differ may still need the same: merged.
-        let mut merged: HashMap<Vector, usize> = HashMap::new();
+        let mut merged: HashMap<Vector, usize, FixedState> = HashMap::default();
         let mut class_needs: Vec<Vector> = Vec::new();
         let renumber: Vec<usize> = named_needs
             .iter()

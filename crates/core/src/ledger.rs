@@ -16,6 +16,8 @@
 
 use std::collections::HashMap;
 
+use foldhash::fast::FixedState;
+
 use crate::devices::{ask_amounts, Device, DeviceAsk, DeviceConstraint, DeviceError};
 use crate::model::{Agent, InstanceTemplate};
 use crate::slots::{Quantity, SlotName, Slots, SCALE};
@@ -37,10 +39,10 @@ pub struct DeviceLayout {
     /// Per class: its kind (index into `kinds`), model and memory (thousandths of bytes).
     classes: Vec<(usize, String, u64)>,
     /// Classes by kind and memory, then model.
-    class_of: HashMap<(usize, u64), Vec<(String, u32)>>,
+    class_of: HashMap<(usize, u64), Vec<(String, u32)>, FixedState>,
     /// Per group: its kind and which classes it holds (by class index).
     groups: Vec<(usize, Vec<bool>)>,
-    group_of: HashMap<(usize, Vec<bool>), usize>,
+    group_of: HashMap<(usize, Vec<bool>), usize, FixedState>,
     /// Per kind: the group of all its classes.
     all: Vec<usize>,
     /// Where the device dimensions start in a vector (after the named slots).
@@ -97,7 +99,8 @@ impl DeviceLayout {
             .into_iter()
             .map(|(kind, model, memory)| (kind, model.to_string(), memory))
             .collect();
-        let mut class_of: HashMap<(usize, u64), Vec<(String, u32)>> = HashMap::new();
+        let mut class_of: HashMap<(usize, u64), Vec<(String, u32)>, FixedState> =
+            HashMap::default();
         for (i, (kind, model, memory)) in keys.iter().enumerate() {
             class_of
                 .entry((*kind, *memory))
