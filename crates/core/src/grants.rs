@@ -128,9 +128,19 @@ pub fn overfull(devices: &[Device]) -> Option<&Device> {
 /// kind, as the stand-ins are.
 pub fn of_sets(sets: &[DeviceSet]) -> Vec<Device> {
     let mut devices: Vec<Device> = Vec::new();
+    // Per kind, how many devices are named so far (a template lists a few kinds).
+    let mut named: Vec<(&SlotName, usize)> = Vec::new();
     for set in sets {
+        let at = match named.iter().position(|(kind, _)| **kind == set.kind) {
+            Some(at) => at,
+            None => {
+                named.push((&set.kind, 0));
+                named.len() - 1
+            }
+        };
         for _ in 0..(set.count as usize).min(MAX_DEVICES) {
-            let ordinal = devices.iter().filter(|d| d.kind == set.kind).count();
+            let ordinal = named[at].1;
+            named[at].1 += 1;
             devices.push(Device {
                 id: format!("{}{ordinal}", set.kind),
                 kind: set.kind.clone(),
@@ -275,6 +285,35 @@ pub fn check_grants<'a>(
 mod tests {
     use super::*;
     use crate::model::AgentId;
+
+    #[test]
+    fn a_templates_sets_name_devices_in_order_per_kind() {
+        let set = |kind: &str, model: &str, count| DeviceSet {
+            kind: SlotName::new(kind).unwrap(),
+            model: model.into(),
+            memory: Quantity::ZERO,
+            count,
+        };
+        let devices = of_sets(&[
+            set("gpu", "A100", 2),
+            set("fpga", "U250", 1),
+            set("gpu", "H100", 2),
+        ]);
+        let named: Vec<(&str, &str)> = devices
+            .iter()
+            .map(|d| (d.id.as_str(), d.model.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("gpu0", "A100"),
+                ("gpu1", "A100"),
+                ("fpga0", "U250"),
+                ("gpu2", "H100"),
+                ("gpu3", "H100")
+            ]
+        );
+    }
 
     fn agent(capacity: &str, allocated: &str) -> Agent {
         Agent {
