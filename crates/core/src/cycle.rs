@@ -386,9 +386,14 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
         for u in &plan.unmarks {
             open[u.agent] = true;
         }
-        // Back to the free capacity before the trial: only the agents it placed on changed.
+        // Back to the free capacity before the trial: only the agents it placed on changed,
+        // each made again once however many sessions it took.
+        let mut reset = vec![false; free.len()];
         for outcome in &trial.outcomes {
             if let Outcome::Placed { agent } = *outcome {
+                if std::mem::replace(&mut reset[agent], true) {
+                    continue;
+                }
                 free[agent] = pass.dims.agent_free(agent, &s.agents[agent]);
                 if let Some(ledger) = ledgers.get_mut(agent) {
                     *ledger = pass.dims.agent_ledgers[agent].clone();
