@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use corral_core::Session;
 use corral_store::{Store, StoreError};
+use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::control::Control;
@@ -59,13 +60,17 @@ async fn writer(store: Store, control: Arc<Control>, mut rx: mpsc::Receiver<Job>
             batch.iter().map(|j| (&j.session, &j.spec)).collect();
         let results: Vec<Result<(), StoreError>> = match store.insert_sessions(&rows, now).await {
             Ok(()) => batch.iter().map(|_| Ok(())).collect(),
-            // One bad session must not fail the others: store them one by one.
+            // One bad session must not fail the others: store them one by one. The commit may
+            // have landed before its answer was lost, so a session found stored as given is
+            // acknowledged, not refused as taken. All at once: with the database away, each
+            // waits for a connection, and the batch must not wait for them in turn.
             Err(_) if batch.len() > 1 => {
-                let mut each = Vec::with_capacity(batch.len());
-                for j in &batch {
-                    each.push(store.insert_session(&j.session, &j.spec, now).await);
-                }
-                each
+                join_all(
+                    batch
+                        .iter()
+                        .map(|j| store.insert_session_again(&j.session, &j.spec, now)),
+                )
+                .await
             }
             Err(e) => vec![Err(e)],
         };

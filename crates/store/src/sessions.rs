@@ -204,6 +204,36 @@ impl Store {
         self.insert_sessions(&[(session, spec)], now).await
     }
 
+    /// Stores a submitted session once more after an attempt whose outcome is unknown (the
+    /// database went away before its commit was answered). `Ok` when that attempt had in fact
+    /// stored it: the session under its id has its group, owner, submission time, request and
+    /// spec. `Conflict` when another session holds the id.
+    pub async fn insert_session_again(
+        &self,
+        session: &Session,
+        spec: &serde_json::Value,
+        now: Timestamp,
+    ) -> Result<()> {
+        match self.insert_session(session, spec, now).await {
+            Err(StoreError::Conflict { what, id }) => {
+                let stored = self.get_session(&session.id.0).await?;
+                match stored {
+                    Some(r)
+                        if r.session.group == session.group
+                            && r.session.owner == session.owner
+                            && r.session.submitted_at == session.submitted_at
+                            && r.session.request == session.request
+                            && r.spec == *spec =>
+                    {
+                        Ok(())
+                    }
+                    _ => Err(StoreError::Conflict { what, id }),
+                }
+            }
+            other => other,
+        }
+    }
+
     /// Stores several submitted sessions in one transaction (one commit for a burst of
     /// submits): all of them, or, on the first missing group or taken id, none.
     pub async fn insert_sessions(

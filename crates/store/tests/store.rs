@@ -200,6 +200,30 @@ on_both!(sessions_insert_get_list_and_page, |db| {
             ..
         })
     ));
+    // A retry of an insert that had in fact landed is acknowledged; another session under a
+    // taken id is not.
+    s.insert_session_again(&with_image, &spec(), t(12))
+        .await
+        .unwrap();
+    assert_eq!(s.get_session("s1").await.unwrap().unwrap().history.len(), 1);
+    let mut impostor = with_image.clone();
+    impostor.owner = "eve".into();
+    assert!(matches!(
+        s.insert_session_again(&impostor, &spec(), t(12)).await,
+        Err(StoreError::Conflict {
+            what: "session",
+            ..
+        })
+    ));
+    assert!(matches!(
+        s.insert_session_again(
+            &with_image,
+            &serde_json::json!({"command": ["other"]}),
+            t(12)
+        )
+        .await,
+        Err(StoreError::Conflict { .. })
+    ));
     assert!(matches!(
         s.insert_session(&session("x", "nope", "ann", "cpu=1", 1), &spec(), t(12))
             .await,
