@@ -14,7 +14,7 @@ use crate::dense::{SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceGrant};
 use crate::dimensions::{self, Dimensions};
 use crate::ledger::{DeviceNeed, Ledger};
-use crate::model::{AgentState, Sequencer, Session, Timestamp};
+use crate::model::{AgentState, Sequencer, Session, SessionState, Timestamp};
 use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
 use crate::schedule::{self, FreeIndex, Outcome, Placed, Request, Usage};
 use crate::slots::{Quantity, Slots};
@@ -54,14 +54,17 @@ struct Pass<'a> {
 
 impl<'a> Pass<'a> {
     fn of(s: &'a Snapshot) -> Self {
-        let pending: Vec<&Session> = s.pending().collect();
+        // Sized for every session: collected from a filter, they would grow step by step.
+        let mut pending: Vec<&Session> = Vec::with_capacity(s.sessions.len());
+        let mut holding: Vec<(&Session, Cow<Slots>)> = Vec::with_capacity(s.sessions.len());
+        for x in &s.sessions {
+            if x.state == SessionState::Pending {
+                pending.push(x);
+            } else if x.state.holds_capacity() {
+                holding.push((x, s.required_shares_of(x)));
+            }
+        }
         let required: Vec<Cow<Slots>> = pending.iter().map(|p| s.required_shares_of(p)).collect();
-        let holding: Vec<(&Session, Cow<Slots>)> = s
-            .sessions
-            .iter()
-            .filter(|x| x.state.holds_capacity())
-            .map(|x| (x, s.required_shares_of(x)))
-            .collect();
         let mut dims = dimensions::Builder::new(
             s,
             required

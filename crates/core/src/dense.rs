@@ -93,9 +93,10 @@ impl SlotIndex {
     /// The dense form of `slots` (device dimensions 0); every name of `slots` must be in the
     /// index.
     pub fn vector(&self, slots: &Slots) -> Vector {
-        let mut v = Vec::new();
-        self.vector_into(slots, &mut v);
-        v.into_boxed_slice()
+        // Sized exactly: a grown `Vec` would be reallocated again to box it.
+        let mut v: Vector = vec![0; self.len()].into_boxed_slice();
+        self.walk(slots, |i, milli| v[i] = milli);
+        v
     }
 
     /// [`SlotIndex::vector`] into `v`, replacing what it held (a buffer used again allocates

@@ -111,8 +111,7 @@ impl Dimensions {
     /// Agent `a`'s whole capacity, as if idle.
     pub fn agent_capacity(&self, a: usize, agent: &Agent) -> Vector {
         let mut v = self.index.vector(&agent.capacity);
-        self.layout()
-            .write_free(&self.agent_ledgers[a].fresh(), &mut v);
+        self.layout().write_capacity(&self.agent_ledgers[a], &mut v);
         v
     }
 
@@ -143,7 +142,9 @@ impl Dimensions {
             .enumerate()
             .filter(|(_, t)| launchable && t.max > 0)
             .map(|(i, t)| self.template(i, t));
-        agents.chain(templates).collect()
+        let mut all = Vec::with_capacity(s.agents.len() + s.group.templates.len());
+        all.extend(agents.chain(templates));
+        all
     }
 }
 

@@ -402,9 +402,24 @@ impl DeviceLayout {
 
     /// Writes the ledger's summary into the device dimensions of `out`.
     pub fn write_free(&self, ledger: &Ledger, out: &mut [u64]) {
+        self.write_summary(ledger, out, |d| *d);
+    }
+
+    /// [`DeviceLayout::write_free`] of [`Ledger::fresh`], without making the fresh ledger.
+    pub fn write_capacity(&self, ledger: &Ledger, out: &mut [u64]) {
+        self.write_summary(ledger, out, DeviceSlot::fresh);
+    }
+
+    fn write_summary(
+        &self,
+        ledger: &Ledger,
+        out: &mut [u64],
+        seen_as: impl Fn(&DeviceSlot) -> DeviceSlot,
+    ) {
         for (g, (_, members)) in self.groups.iter().enumerate() {
             let (mut whole, mut fraction, mut memory) = (0u64, 0u64, 0u64);
             for d in ledger.devices.iter().filter(|d| members[d.class as usize]) {
+                let d = seen_as(d);
                 if d.is_idle() {
                     whole += SCALE;
                 }
@@ -582,6 +597,15 @@ impl DeviceSlot {
         }
     }
 
+    /// The same device with nothing held on it.
+    fn fresh(&self) -> DeviceSlot {
+        DeviceSlot {
+            free: self.cap,
+            mem_free: self.mem_cap,
+            ..*self
+        }
+    }
+
     fn is_idle(&self) -> bool {
         self.cap as u64 == SCALE && self.free == self.cap && self.mem_free == self.mem_cap
     }
@@ -607,20 +631,6 @@ impl Ledger {
             });
             *index += 1;
         }
-    }
-
-    /// The same devices with nothing held on them.
-    pub fn fresh(&self) -> Ledger {
-        let devices = self
-            .devices
-            .iter()
-            .map(|d| DeviceSlot {
-                free: d.cap,
-                mem_free: d.mem_cap,
-                ..*d
-            })
-            .collect();
-        Ledger { devices }
     }
 
     /// Whether the devices can hold the device part of `need`.

@@ -94,8 +94,13 @@ pub(super) fn padded(v: &[u64], width: usize) -> Vec<u64> {
 }
 
 /// Row-major `rows × width` copy, each row padded with zeros.
-fn flat<'a>(rows: impl Iterator<Item = &'a [u64]>, width: usize) -> Vec<u64> {
-    rows.flat_map(|r| padded(r, width)).collect()
+fn flat<'a>(rows: impl ExactSizeIterator<Item = &'a [u64]>, width: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(rows.len() * width);
+    for r in rows {
+        out.extend_from_slice(r);
+        out.resize(out.len() + width - r.len(), 0);
+    }
+    out
 }
 
 /// `fit[c * offers + t]`: class `c` fits in one instance of usable offer `t`.
