@@ -276,6 +276,10 @@ impl DeviceLayout {
         let mut index = agent.devices.len() as u32;
         for kind in self.legacy_kinds(&agent.devices) {
             let total = agent.capacity.get(kind.as_str()).milli();
+            // Most agents have none of most kinds: nothing to look up.
+            if total == 0 {
+                continue;
+            }
             let used = agent.allocated.get(kind.as_str()).milli();
             let Some(class) = self.class_key(kind, "", 0) else {
                 continue;
@@ -616,6 +620,7 @@ impl Ledger {
     /// last one of the share left over, holding `used` in device order.
     fn stand_in(&mut self, class: u32, total: u64, mut used: u64, index: &mut u32) {
         let mut left = total.min(MAX_DEVICES as u64 * SCALE);
+        self.devices.reserve(left.div_ceil(SCALE) as usize);
         while left > 0 {
             let cap = left.min(SCALE);
             let taken = used.min(cap);

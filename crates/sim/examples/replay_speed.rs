@@ -11,6 +11,10 @@ use std::time::Instant;
 
 use corral_sim::{simulate, synthetic, SimConfig};
 
+// As the `corral` binary, whose `bench sim` this stands for.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let sessions: usize = args
