@@ -17,9 +17,12 @@ pub enum Event {
     Join(u64),
     /// The provider refused a launch (the instance's number).
     LaunchFailed(u64),
-    /// Nothing happens, but a pass may decide otherwise now (a batching window closes, an agent
-    /// has been idle for the idle wait, a backoff ends).
+    /// Nothing happens, but a pass may decide otherwise now (a batching window closes, a
+    /// backoff ends, the launch budget's window moves on).
     Wake,
+    /// The agent of the node (index into the nodes) has been idle since `since` for the idle
+    /// wait, if it still is.
+    IdleWait { node: usize, since: Timestamp },
 }
 
 #[derive(Debug, Default)]

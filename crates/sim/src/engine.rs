@@ -110,8 +110,9 @@ pub fn simulate(
         };
         sampler.until(at, &world);
         if let Some((t, event)) = clock.pop_until(pass_at.unwrap_or(at)) {
-            world.happen(t, event, &mut clock)?;
-            wanted = Some(wanted.map_or(t, |w| w.min(t)));
+            if world.happen(t, event, &mut clock)? {
+                wanted = Some(wanted.map_or(t, |w| w.min(t)));
+            }
             continue;
         }
         let Some(now) = pass_at else { continue };

@@ -210,18 +210,30 @@ impl<'a> World<'a> {
     }
 
     /// An agent that has just become idle may be marked once it has been for the idle wait.
-    fn wake_after_idle_wait(&self, clock: &mut Clock) {
+    fn wake_after_idle_wait(&self, node: usize, clock: &mut Clock) {
         let wait = self.snapshot.group.policy.idle_wait_secs;
-        clock.at(self.snapshot.now.plus_secs(wait), Event::Wake);
+        let since = self.snapshot.now;
+        clock.at(since.plus_secs(wait), Event::IdleWait { node, since });
     }
 
-    /// Applies one event at `now`.
+    /// The node's agent takes sessions and has been idle since `since`: its idle wait runs.
+    fn idle_since(&self, node: usize, since: Timestamp) -> bool {
+        let id = &self.nodes[node].id;
+        (self.snapshot.agents.binary_search_by(|a| a.id.cmp(id)).ok())
+            .map(|at| &self.snapshot.agents[at])
+            .is_some_and(|a| {
+                a.state == AgentState::Alive && a.is_idle() && a.idle_since == Some(since)
+            })
+    }
+
+    /// Applies one event at `now`, and says whether it calls for a pass: an idle wait whose
+    /// agent took a session again, or left, does not (no timer runs out then).
     pub fn happen(
         &mut self,
         now: Timestamp,
         event: Event,
         clock: &mut Clock,
-    ) -> Result<(), SimError> {
+    ) -> Result<bool, SimError> {
         self.snapshot.now = now;
         match event {
             Event::Arrive(j) => {
@@ -263,7 +275,7 @@ impl<'a> World<'a> {
                 grants::release(&mut agent.devices, &devices);
                 if agent.is_idle() {
                     agent.idle_since = Some(now);
-                    self.wake_after_idle_wait(clock);
+                    self.wake_after_idle_wait(node, clock);
                 }
                 self.ended_since_pass = true;
                 self.running -= 1;
@@ -284,7 +296,7 @@ impl<'a> World<'a> {
                 let node = node_of(&self.snapshot.agents[at].id);
                 self.nodes[node].paid_from = instance.requested;
                 self.governor.succeeded(&name);
-                self.wake_after_idle_wait(clock);
+                self.wake_after_idle_wait(node, clock);
             }
             Event::LaunchFailed(n) => {
                 let instance = self
@@ -306,8 +318,9 @@ impl<'a> World<'a> {
                 clock.at(now.plus_secs(backoff), Event::Wake);
             }
             Event::Wake => {}
+            Event::IdleWait { node, since } => return Ok(self.idle_since(node, since)),
         }
-        Ok(())
+        Ok(true)
     }
 
     /// One pass at `now`: the snapshot as the store would read it, the cycle, and its decisions
@@ -403,7 +416,7 @@ impl<'a> World<'a> {
             agent.state = AgentState::Alive;
             if agent.is_idle() {
                 agent.idle_since = Some(now);
-                self.wake_after_idle_wait(clock);
+                self.wake_after_idle_wait(node_of(&u.agent), clock);
             }
         }
         for (p, at) in d.placements.iter().zip(place_at) {

@@ -167,6 +167,29 @@ fn a_demand_group_launches_for_the_queue_and_lets_idle_agents_go() {
     assert!(bound <= report.cost + 1e-9);
 }
 
+/// A pass runs when something happens to the group or a timer runs out: an agent idle for less
+/// than the idle wait, which takes a session again, wakes no pass when that wait would have
+/// ended.
+#[test]
+fn an_idle_wait_cut_short_by_a_session_wakes_no_pass() {
+    let trace = parse_csv("submit,duration,cpu\n0,600,2\n650,100,2\n", true).expect("CSV");
+    let (outcome, report) = replay(&trace, &config(DEMAND));
+    let started: Vec<Option<i64>> = (outcome.sessions.iter())
+        .map(|s| s.started.map(|t| t.0))
+        .collect();
+    assert_eq!(started, [Some(31_000), Some(650_000)]);
+    assert_eq!(report.scale_ins, 1);
+    assert_eq!(
+        outcome.nodes[0].terminated.map(|t| t.0),
+        Some(750_000 + 60_000 + 20)
+    );
+    // At 0 s (the burst's window opens), 1 s (launch), 31 s (join: the first session starts),
+    // 61 s (the launch budget's window moves on), 631 s (it ends), 650 s (the second starts),
+    // 750 s (it ends), 810 s (idle for 60 s: marked), 810.02 s (terminated) and 810.04 s (let
+    // go). None at 91 s or 691 s, when the agent was busy.
+    assert_eq!(outcome.passes, 10);
+}
+
 #[test]
 fn refused_launches_back_off_and_are_retried_until_the_queue_runs() {
     let trace = parse_csv("submit,duration,cpu\n0,60,8\n", true).expect("CSV");
