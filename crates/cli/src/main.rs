@@ -25,7 +25,7 @@ use corral_core::plan::{plan, Problem};
 use corral_manager::serve::Connections;
 
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: corral_alloc::Mimalloc = corral_alloc::Mimalloc;
 
 #[derive(Parser)]
 #[command(

@@ -13,7 +13,7 @@ use corral_sim::{simulate, synthetic, SimConfig};
 
 // As the `corral` binary, whose `bench sim` this stands for.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: corral_alloc::Mimalloc = corral_alloc::Mimalloc;
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -584,7 +584,10 @@ fn session_id(job: usize) -> SessionId {
 /// session holding capacity, and `str::parse` checks what these ids never hold).
 fn job_of(id: &SessionId) -> usize {
     let digits = &id.0.as_bytes()[1..];
-    debug_assert!(digits.iter().all(u8::is_ascii_digit), "session ids are s<index>");
+    debug_assert!(
+        digits.iter().all(u8::is_ascii_digit),
+        "session ids are s<index>"
+    );
     (digits.iter()).fold(0, |n, d| n * 10 + usize::from(d - b'0'))
 }
 
