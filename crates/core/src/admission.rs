@@ -1,5 +1,9 @@
 //! Admission: refuse at once what no agent and no launchable template could ever hold.
 
+use std::collections::HashSet;
+
+use foldhash::fast::FixedState;
+
 use crate::decisions::{Excess, Infeasible};
 use crate::dense::{fits, SlotIndex, Vector};
 use crate::devices::DeviceConstraint;
@@ -34,19 +38,21 @@ pub struct Admission {
 
 impl Admission {
     pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = Vector>) -> Self {
-        let mut all: Vec<Vector> = capacities.into_iter().collect();
-        all.sort_unstable();
-        all.dedup();
+        // Agents come in a few shapes: each kept once (a look-up in a set costs less than
+        // sorting every agent's vector). The order kept changes no check's answer.
+        let distinct: HashSet<Vector, FixedState> = capacities.into_iter().collect();
+        let all: Vec<Vector> = distinct.into_iter().collect();
         let mut largest = vec![0u64; index.len()].into_boxed_slice();
         for c in &all {
             for (l, v) in largest.iter_mut().zip(c.iter()) {
                 *l = (*l).max(*v);
             }
         }
-        let frontier = all
-            .iter()
-            .filter(|c| !all.iter().any(|d| d != *c && fits(c, d)))
-            .cloned()
+        let dominated: Vec<bool> = (all.iter())
+            .map(|c| all.iter().any(|d| d != c && fits(c, d)))
+            .collect();
+        let frontier = (all.into_iter().zip(dominated))
+            .filter_map(|(c, dominated)| (!dominated).then_some(c))
             .collect();
         Admission { frontier, largest }
     }

@@ -550,7 +550,11 @@ impl<'a> World<'a> {
     /// count one more blocked pass, under backfill, up to `skip_after`.
     fn count_blocked_passes(&mut self, d: &Decisions) {
         let scheduler = self.snapshot.group.scheduler;
-        if scheduler.head_of_line != HeadOfLine::Backfill || d.waiting.is_empty() {
+        // With `skip_after = 0` (the default), no count ever holds the queue: none is kept.
+        if scheduler.head_of_line != HeadOfLine::Backfill
+            || scheduler.skip_after == 0
+            || d.waiting.is_empty()
+        {
             return;
         }
         let blocked: HashSet<&SessionId> = d
