@@ -201,12 +201,14 @@ impl<'a> World<'a> {
     }
 
     fn agent_mut(&mut self, id: &AgentId) -> Result<&mut Agent, SimError> {
-        let at = self
-            .snapshot
-            .agents
-            .binary_search_by(|a| a.id.cmp(id))
-            .map_err(|_| SimError::Engine(format!("decisions name agent {id}, which is gone")))?;
+        let at = (self.position(id))
+            .ok_or_else(|| SimError::Engine(format!("decisions name agent {id}, which is gone")))?;
         Ok(&mut self.snapshot.agents[at])
+    }
+
+    /// Where the agent is among the live ones (kept in id order).
+    fn position(&self, id: &AgentId) -> Option<usize> {
+        self.snapshot.agents.binary_search_by(|a| a.id.cmp(id)).ok()
     }
 
     /// An agent that has just become idle may be marked once it has been for the idle wait.
@@ -218,8 +220,7 @@ impl<'a> World<'a> {
 
     /// The node's agent takes sessions and has been idle since `since`: its idle wait runs.
     fn idle_since(&self, node: usize, since: Timestamp) -> bool {
-        let id = &self.nodes[node].id;
-        (self.snapshot.agents.binary_search_by(|a| a.id.cmp(id)).ok())
+        (self.position(&self.nodes[node].id))
             .map(|at| &self.snapshot.agents[at])
             .is_some_and(|a| {
                 a.state == AgentState::Alive && a.is_idle() && a.idle_since == Some(since)
@@ -462,13 +463,9 @@ impl<'a> World<'a> {
             clock.at(now, Event::Wake);
         }
         for t in &d.terminations {
-            let at = self
-                .snapshot
-                .agents
-                .binary_search_by(|a| a.id.cmp(&t.agent))
-                .map_err(|_| {
-                    SimError::Engine(format!("terminating agent {}, which is gone", t.agent))
-                })?;
+            let at = self.position(&t.agent).ok_or_else(|| {
+                SimError::Engine(format!("terminating agent {}, which is gone", t.agent))
+            })?;
             let agent = self.snapshot.agents.remove(at);
             if !agent.is_idle() {
                 return Err(SimError::Engine(format!(
