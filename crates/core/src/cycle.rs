@@ -163,10 +163,22 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
     let verdicts: Vec<_> = if pass.class_needs.is_empty() {
         Vec::new()
     } else {
-        let admission = Admission::new(index, pass.dims.standing_candidates(s));
-        (pass.class_needs.iter())
-            .map(|n| admission.check(index, n))
-            .collect()
+        // A need a launchable template holds is admitted whatever the agents are: their
+        // capacities are gathered only when some need fits no template (a fixed group's, or an
+        // odd request), and the whole check then gives the verdict and its reason.
+        let templates = Admission::new(index, pass.dims.launchable_templates(s));
+        let mut verdicts: Vec<_> = (pass.class_needs.iter())
+            .map(|n| templates.check(index, n))
+            .collect();
+        if verdicts.iter().any(Result::is_err) {
+            let admission = Admission::new(index, pass.dims.standing_candidates(s));
+            for (v, n) in verdicts.iter_mut().zip(&pass.class_needs) {
+                if v.is_err() {
+                    *v = admission.check(index, n);
+                }
+            }
+        }
+        verdicts
     };
     let mut admitted: Vec<usize> = Vec::new();
     let mut admitted_class: Vec<usize> = Vec::new();

@@ -127,24 +127,27 @@ impl Dimensions {
     /// templates the policy may launch. A request only a drained or lost agent could hold is
     /// queued, as Slurm queues jobs for drained nodes, and waits with that reason.
     pub fn standing_candidates(&self, s: &Snapshot) -> Vec<Vector> {
-        let policy = &s.group.policy;
-        let launchable = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
-        let agents = s
-            .agents
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.state != AgentState::Terminated)
-            .map(|(i, a)| self.agent_capacity(i, a));
-        let templates = s
-            .group
-            .templates
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| launchable && t.max > 0)
-            .map(|(i, t)| self.template(i, t));
         let mut all = Vec::with_capacity(s.agents.len() + s.group.templates.len());
-        all.extend(agents.chain(templates));
+        all.extend(
+            (s.agents.iter().enumerate())
+                .filter(|(_, a)| a.state != AgentState::Terminated)
+                .map(|(i, a)| self.agent_capacity(i, a)),
+        );
+        all.extend(self.launchable_templates(s));
         all
+    }
+
+    /// The templates among [`Dimensions::standing_candidates`]: a fresh instance of each one
+    /// the policy may launch.
+    pub fn launchable_templates(&self, s: &Snapshot) -> Vec<Vector> {
+        let policy = &s.group.policy;
+        if policy.kind != PolicyKind::Demand || policy.max_nodes == 0 {
+            return Vec::new();
+        }
+        (s.group.templates.iter().enumerate())
+            .filter(|(_, t)| t.max > 0)
+            .map(|(i, t)| self.template(i, t))
+            .collect()
     }
 }
 

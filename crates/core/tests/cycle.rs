@@ -87,6 +87,35 @@ fn an_impossible_request_is_rejected_with_its_reason_and_launches_nothing() {
 }
 
 #[test]
+fn a_request_only_a_standing_agent_holds_is_admitted_beside_those_templates_hold() {
+    // The one large agent (no template) is busy: s2 fits it alone (no template), s1 fits g1, s3 fits nothing.
+    let s = snapshot(json!({
+        "group": {"policy": "demand"},
+        "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 10}],
+        "agents": [{"id": "a1", "capacity": G4, "allocated": "cpu=32", "state": "alive"}],
+        "sessions": [
+            session("s1", "gpu=1,cpu=1"),
+            session("s2", "gpu=4,cpu=1"),
+            session("s3", "gpu=8,cpu=1"),
+        ]
+    }));
+    let d = cycle(&s);
+    let rejected: Vec<(String, String)> = (d.rejections.iter())
+        .map(|r| (r.session.0.clone(), r.reason.to_string()))
+        .collect();
+    assert_eq!(
+        rejected,
+        [(
+            "s3".to_string(),
+            "gpu=8 requested; the largest agent or template offers gpu=4".to_string()
+        )]
+    );
+    assert_eq!(launches(&d), [("g1".to_string(), 1)]);
+    let waiting: Vec<String> = d.waiting.iter().map(|w| w.session.0.clone()).collect();
+    assert_eq!(waiting, ["s1", "s2"]);
+}
+
+#[test]
 fn demand_launches_the_cheapest_fit_and_sessions_wait_for_it() {
     let s = snapshot(json!({
         "group": {"policy": "demand"},

@@ -141,10 +141,13 @@ pub fn pack(
     headroom_deficit: &[u64],
 ) -> Pack {
     let width = tables::width(classes, offers, headroom_deficit.len());
-    // Nothing to pack, or nothing may be launched (most passes): no prices to solve for.
-    let launchable = node_budget > 0
-        && (offers.iter()).any(|o| valid_price(o.price_per_hour) && o.available > 0);
-    if !launchable || (classes.is_empty() && headroom_deficit.iter().all(|&d| d == 0)) {
+    let usable = |o: &Offer| valid_price(o.price_per_hour) && o.available > 0;
+    // Nothing may be launched, or nothing would be (most passes: the queue waits for instances
+    // of templates at their limit, and no headroom is short): no prices to solve for.
+    let launchable = node_budget > 0 && offers.iter().any(usable);
+    let any_fit = (classes.iter())
+        .any(|c| (offers.iter()).any(|o| usable(o) && tables::fits_padded(&c.need, &o.slots)));
+    if !launchable || (!any_fit && headroom_deficit.iter().all(|&d| d == 0)) {
         return Pack {
             launches: vec![0; offers.len()],
             served: vec![Vec::new(); classes.len()],

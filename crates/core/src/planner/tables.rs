@@ -103,6 +103,11 @@ fn flat<'a>(rows: impl ExactSizeIterator<Item = &'a [u64]>, width: usize) -> Vec
     out
 }
 
+/// `need` fits in `cap`, both read as padded with zeros to the longer.
+pub(super) fn fits_padded(need: &[u64], cap: &[u64]) -> bool {
+    (need.iter().enumerate()).all(|(s, &n)| n <= cap.get(s).copied().unwrap_or(0))
+}
+
 /// `fit[c * offers + t]`: class `c` fits in one instance of usable offer `t`.
 fn fit_matrix(
     needs: &[u64],

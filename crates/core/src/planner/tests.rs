@@ -98,6 +98,7 @@ fn a_class_that_fits_no_offer_is_unserved_and_launches_nothing() {
     assert_eq!(p.launches, [0]);
     assert_eq!(p.served, [Vec::<(usize, u32)>::new()]);
     assert_eq!(p.unserved, [5]);
+    assert_eq!(p, super::solve(&classes, &offers, 100, &[0, 0], 2));
 
     // Beside one that fits, only the one that fits is planned for.
     let classes = [class(&[2000, 1000], 5), class(&[1000, 1000], 2)];
@@ -247,6 +248,12 @@ proptest! {
         prop_assert_eq!(
             pack(&classes, &offers, 0, &deficit),
             super::solve(&classes, &offers, 0, &deficit, width)
+        );
+        // Whatever fits (where no class fits a usable offer and no headroom is short, `pack`
+        // answers without solving).
+        prop_assert_eq!(
+            pack(&classes, &offers, budget, &deficit),
+            super::solve(&classes, &offers, budget, &deficit, width)
         );
         // No offer available.
         for o in &mut offers {
