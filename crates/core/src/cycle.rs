@@ -42,7 +42,7 @@ struct Pass<'a> {
     pending: Vec<&'a Session>,
     /// Per pending session: its required shares.
     required: Vec<Cow<'a, Slots>>,
-    /// Sessions holding capacity, with their required shares.
+    /// Under fair share, with a queue: sessions holding capacity, with their required shares.
     holding: Vec<(&'a Session, Cow<'a, Slots>)>,
     dims: Dimensions,
     /// Per pending session: its class (identical needs), or why what it asks of devices is
@@ -56,13 +56,20 @@ impl<'a> Pass<'a> {
     fn of(s: &'a Snapshot) -> Self {
         // Sized for every session: collected from a filter, they would grow step by step.
         let mut pending: Vec<&Session> = Vec::with_capacity(s.sessions.len());
-        let mut holding: Vec<(&Session, Cow<Slots>)> = Vec::with_capacity(s.sessions.len());
-        for x in &s.sessions {
-            if x.state == SessionState::Pending {
-                pending.push(x);
-            } else if x.state.holds_capacity() {
-                holding.push((x, s.required_shares_of(x)));
-            }
+        pending.extend(
+            s.sessions
+                .iter()
+                .filter(|x| x.state == SessionState::Pending),
+        );
+        // Only fair share orders the queue by what owners hold: no queue, nothing to weigh.
+        let mut holding: Vec<(&Session, Cow<Slots>)> = Vec::new();
+        if s.group.scheduler.sequencer == Sequencer::Drf && !pending.is_empty() {
+            holding.reserve_exact(s.sessions.len() - pending.len());
+            holding.extend(
+                (s.sessions.iter())
+                    .filter(|x| x.state.holds_capacity())
+                    .map(|x| (x, s.required_shares_of(x))),
+            );
         }
         let required: Vec<Cow<Slots>> = pending.iter().map(|p| s.required_shares_of(p)).collect();
         let mut dims = dimensions::Builder::new(

@@ -4,7 +4,7 @@
 use crate::dense::{SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceError, GPU};
 use crate::ledger::{DeviceLayout, DeviceNeed, Ledger};
-use crate::model::{Agent, AgentState, InstanceTemplate, PolicyKind};
+use crate::model::{Agent, AgentState, PolicyKind};
 use crate::slots::{SlotName, Slots};
 use crate::snapshot::Snapshot;
 
@@ -16,6 +16,8 @@ pub struct Dimensions {
     pub agent_ledgers: Vec<Ledger>,
     /// Per template (as in `snapshot.group.templates`): a fresh instance's devices.
     pub template_ledgers: Vec<Ledger>,
+    /// Per template: a fresh instance's capacity (made once: every step of a pass reads them).
+    pub templates: Vec<Vector>,
 }
 
 /// Dimensions being made: the named slots are fixed; the device groups grow as requests are
@@ -30,10 +32,10 @@ impl Builder {
     /// The named slots of `s` and of `sets` (the requests and whatever else the caller will
     /// put in vectors), and its devices' kinds and classes.
     pub fn new<'r>(s: &'r Snapshot, sets: impl IntoIterator<Item = &'r Slots>) -> Self {
+        // Capacities, then allocations: sets of the same names come in longer runs so.
         let names = SlotIndex::of(
-            s.agents
-                .iter()
-                .flat_map(|a| [&a.capacity, &a.allocated])
+            (s.agents.iter().map(|a| &a.capacity))
+                .chain(s.agents.iter().map(|a| &a.allocated))
                 .chain(s.group.templates.iter().map(|t| &t.slots))
                 .chain(sets)
                 .chain([&s.group.policy.headroom]),
@@ -73,16 +75,25 @@ impl Builder {
             .iter()
             .map(|a| self.layout.agent_ledger(a))
             .collect();
-        let template_ledgers = s
+        let template_ledgers: Vec<Ledger> = s
             .group
             .templates
             .iter()
             .map(|t| self.layout.template_ledger(t))
             .collect();
+        let index = self.names.with_devices(self.layout);
+        let templates = (s.group.templates.iter().zip(&template_ledgers))
+            .map(|(t, ledger)| {
+                let mut v = index.vector(&t.slots);
+                index.devices().write_free(ledger, &mut v);
+                v
+            })
+            .collect();
         Dimensions {
-            index: self.names.with_devices(self.layout),
+            index,
             agent_ledgers,
             template_ledgers,
+            templates,
         }
     }
 }
@@ -115,13 +126,6 @@ impl Dimensions {
         v
     }
 
-    /// A fresh instance of template `t`.
-    pub fn template(&self, t: usize, template: &InstanceTemplate) -> Vector {
-        let mut v = self.index.vector(&template.slots);
-        self.layout().write_free(&self.template_ledgers[t], &mut v);
-        v
-    }
-
     /// The capacities a session could ever get in the group: every agent that may take
     /// sessions again (alive, marked or drained, or lost and perhaps coming back) and the
     /// templates the policy may launch. A request only a drained or lost agent could hold is
@@ -146,7 +150,7 @@ impl Dimensions {
         }
         (s.group.templates.iter().enumerate())
             .filter(|(_, t)| t.max > 0)
-            .map(|(i, t)| self.template(i, t))
+            .map(|(i, _)| self.templates[i].clone())
             .collect()
     }
 }

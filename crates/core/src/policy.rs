@@ -203,17 +203,10 @@ impl ScalingLogic for Demand {
             scale_out_demand: vec![0; input.index.len()].into_boxed_slice(),
             ..ScalePlan::default()
         };
-        let template_slots: Vec<Vector> = input
-            .snapshot
-            .group
-            .templates
-            .iter()
-            .enumerate()
-            .map(|(i, t)| input.dims.template(i, t))
-            .collect();
+        let template_slots = &input.dims.templates[..];
 
         // 1. Instances already launching are capacity: demand that fits them waits for them.
-        let (launching, mut rest) = wait_for_in_flight(input, &template_slots, &mut plan.waits);
+        let (launching, mut rest) = wait_for_in_flight(input, template_slots, &mut plan.waits);
         // 2. Marked agents that demand returns to are unmarked before anything new is launched.
         let mut reuse = unmark_for_demand(input, &mut rest);
         // Headroom: free capacity of agents taking sessions and of instances on their way,
@@ -225,12 +218,12 @@ impl ScalingLogic for Demand {
             .collect();
         // 3. Launch for what is left, within every limit, once the burst it belongs to has
         //    ended; then keep at least min_nodes.
-        let budget = launch_budget(input, &template_slots, &rest, launching.count());
+        let budget = launch_budget(input, template_slots, &rest, launching.count());
         plan.recheck_at = budget.recheck_at();
         let offers = offers(input, &launching);
         let packed = launch_for_demand(
             input,
-            &template_slots,
+            template_slots,
             &rest,
             &headroom.deficit,
             &offers,
@@ -422,7 +415,7 @@ fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -
     dense::add(&mut free, &launching.unbinned);
     let target = input.index.vector(&s.group.policy.headroom);
     for a in 0..s.agents.len() {
-        if Headroom::deficit_of(&target, &free).iter().all(|&d| d == 0) {
+        if target.iter().zip(&free).all(|(h, f)| f >= h) {
             break;
         }
         if reuse.reusable[a] && !reuse.unmarked[a] {
@@ -552,7 +545,7 @@ fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
                 slots: input
                     .index
                     .devices()
-                    .planning_capacity(&input.dims.template(t, tpl)),
+                    .planning_capacity(&input.dims.templates[t]),
                 price_per_hour: tpl.price_per_hour,
                 available,
             }

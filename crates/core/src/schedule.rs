@@ -160,9 +160,9 @@ impl FreeIndex {
     pub fn new(dims: usize, free: Vec<Vector>, open: Vec<bool>) -> Self {
         let by_slot = vec![None; dims];
         let mut biggest = vec![0u64; dims].into_boxed_slice();
-        for (_, f) in free.iter().enumerate().filter(|(i, _)| open[*i]) {
-            for d in 0..dims {
-                biggest[d] = biggest[d].max(f[d]);
+        for (f, _) in free.iter().zip(&open).filter(|(_, &o)| o) {
+            for (b, x) in biggest.iter_mut().zip(f.iter()) {
+                *b = (*b).max(*x);
             }
         }
         FreeIndex {
