@@ -181,6 +181,28 @@ on_both!(
         );
         let (status, _) = page(&m, &format!("/ui/sessions/{id}/logs/stdout"), &bob).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
+        // An output file: its owner's to download, not bob's.
+        let r = m
+            .client
+            .put(format!(
+                "{}/api/v1/agents/a1/sessions/{id}/outputs/out.txt",
+                m.base
+            ))
+            .bearer_auth(&m.admin)
+            .body("result of the run\n")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+        let (status, body) =
+            page(&m, &format!("/ui/sessions/{id}/outputs/out.txt"), &m.admin).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "result of the run\n")
+        );
+        let (status, body) = page(&m, &format!("/ui/sessions/{id}/outputs/out.txt"), &bob).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(!body.contains("result of the run"), "{body}");
         let (status, html) = page(&m, "/ui/groups/g", &bob).await;
         assert_eq!(status, StatusCode::OK);
         assert!(!html.contains(&id) && !html.contains(&tricky), "{html}");
