@@ -88,7 +88,7 @@ fn an_impossible_request_is_rejected_with_its_reason_and_launches_nothing() {
 
 #[test]
 fn a_request_only_a_standing_agent_holds_is_admitted_beside_those_templates_hold() {
-    // The one large agent (no template) is busy: s2 fits it alone (no template), s1 fits g1, s3 fits nothing.
+    // The one large agent (of no template) is busy: s2 fits it alone, s1 fits g1, s3 nothing.
     let s = snapshot(json!({
         "group": {"policy": "demand"},
         "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 10}],
