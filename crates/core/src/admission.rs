@@ -7,7 +7,7 @@ use foldhash::fast::FixedState;
 use crate::decisions::{Excess, Infeasible};
 use crate::dense::{fits, SlotIndex, Vector};
 use crate::devices::DeviceConstraint;
-use crate::dimensions;
+use crate::dimensions::{self, Dimensions};
 use crate::slots::{Quantity, Slots};
 use crate::snapshot::Snapshot;
 
@@ -24,8 +24,33 @@ pub fn admit(
         .resolve(&named, constraints)
         .map_err(|e| Infeasible::BadDevices(e.to_string()))?;
     let dims = dims.finish(snapshot);
-    let admission = Admission::new(&dims.index, dims.standing_candidates(snapshot));
-    admission.check(&dims.index, &dims.need(&named, &need))
+    let need = dims.need(&named, &need);
+    verdicts(snapshot, &dims, &[need]).remove(0)
+}
+
+/// Each need's verdict against the standing candidates of `s`
+/// ([`Dimensions::standing_candidates`]). A need a launchable template holds is admitted whatever the agents are: their capacities are
+/// gathered only when some need fits no template (a fixed group's, or an odd request), and the
+/// whole check then gives the verdict and its reason.
+pub fn verdicts(
+    s: &Snapshot,
+    dims: &Dimensions,
+    needs: &[impl AsRef<[u64]>],
+) -> Vec<Result<(), Infeasible>> {
+    let index = &dims.index;
+    let templates = Admission::new(index, dims.launchable_templates(s));
+    let mut verdicts: Vec<_> = (needs.iter())
+        .map(|n| templates.check(index, n.as_ref()))
+        .collect();
+    if verdicts.iter().any(Result::is_err) {
+        let admission = Admission::new(index, dims.standing_candidates(s));
+        for (v, n) in verdicts.iter_mut().zip(needs) {
+            if v.is_err() {
+                *v = admission.check(index, n.as_ref());
+            }
+        }
+    }
+    verdicts
 }
 
 /// Candidate capacities reduced to those no other candidate dominates, so a check costs a few

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use foldhash::fast::FixedState;
 
-use crate::admission::Admission;
+use crate::admission;
 use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
     Waiting,
@@ -165,27 +165,11 @@ struct Queue<'p> {
 /// Step 1: rejects, with the reason, the pending sessions that no agent and no launchable template
 /// could ever hold (one check per class), and puts the others in the sequencer's order.
 fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'p> {
-    let index = pass.index();
     // Most passes have no pending session: no candidates to gather.
     let verdicts: Vec<_> = if pass.class_needs.is_empty() {
         Vec::new()
     } else {
-        // A need a launchable template holds is admitted whatever the agents are: their
-        // capacities are gathered only when some need fits no template (a fixed group's, or an
-        // odd request), and the whole check then gives the verdict and its reason.
-        let templates = Admission::new(index, pass.dims.launchable_templates(s));
-        let mut verdicts: Vec<_> = (pass.class_needs.iter())
-            .map(|n| templates.check(index, n))
-            .collect();
-        if verdicts.iter().any(Result::is_err) {
-            let admission = Admission::new(index, pass.dims.standing_candidates(s));
-            for (v, n) in verdicts.iter_mut().zip(&pass.class_needs) {
-                if v.is_err() {
-                    *v = admission.check(index, n);
-                }
-            }
-        }
-        verdicts
+        admission::verdicts(s, &pass.dims, &pass.class_needs)
     };
     let mut admitted: Vec<usize> = Vec::new();
     let mut admitted_class: Vec<usize> = Vec::new();

@@ -145,9 +145,11 @@ pub fn pack(
     // Nothing may be launched, or nothing would be (most passes: the queue waits for instances
     // of templates at their limit, and no headroom is short): no prices to solve for.
     let launchable = node_budget > 0 && offers.iter().any(usable);
-    let any_fit = (classes.iter())
-        .any(|c| (offers.iter()).any(|o| usable(o) && tables::fits_padded(&c.need, &o.slots)));
-    if !launchable || (!any_fit && headroom_deficit.iter().all(|&d| d == 0)) {
+    let any_fit = || {
+        (classes.iter())
+            .any(|c| (offers.iter()).any(|o| usable(o) && tables::fits_padded(&c.need, &o.slots)))
+    };
+    if !launchable || (headroom_deficit.iter().all(|&d| d == 0) && !any_fit()) {
         return Pack {
             launches: vec![0; offers.len()],
             served: vec![Vec::new(); classes.len()],
