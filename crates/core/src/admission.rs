@@ -18,12 +18,12 @@ pub fn admit(
     required: &Slots,
     constraints: &[DeviceConstraint],
 ) -> Result<(), Infeasible> {
-    let mut dims = dimensions::Builder::new(snapshot, [required]);
+    let mut dims = dimensions::Builder::new(snapshot, [required], None);
     let named = dims.named(required);
     let need = dims
         .resolve(&named, constraints)
         .map_err(|e| Infeasible::BadDevices(e.to_string()))?;
-    let dims = dims.finish(snapshot);
+    let dims = dims.finish(snapshot, None);
     let need = dims.need(&named, &need);
     verdicts(snapshot, &dims, &[need]).remove(0)
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use foldhash::fast::FixedState;
 
 use crate::admission;
+use crate::carry::Carry;
 use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
     Waiting,
@@ -28,7 +29,18 @@ use crate::snapshot::Snapshot;
 /// 3. schedule: place pending sessions, in sequencer order and under the head-of-line rule, on
 ///    agents that take sessions after the scaling decisions (never on one marked in this pass).
 pub fn cycle(s: &Snapshot) -> Decisions {
-    let pass = Pass::of(s);
+    run(s, None)
+}
+
+/// [`cycle`] for a caller that runs the passes of one group in turn and tells `carry` which
+/// agents it changed in between (the simulator): what the others were in dense form is kept.
+/// The same decisions as [`cycle`].
+pub fn cycle_carrying(s: &Snapshot, carry: &mut Carry) -> Decisions {
+    run(s, Some(carry))
+}
+
+fn run(s: &Snapshot, carry: Option<&mut Carry>) -> Decisions {
+    let pass = Pass::of(s, carry);
     let mut decisions = Decisions::default();
     let queue = admit(s, &pass, &mut decisions);
     let scaled = scale(s, &pass, &queue, &mut decisions);
@@ -53,7 +65,7 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn of(s: &'a Snapshot) -> Self {
+    fn of(s: &'a Snapshot, mut carry: Option<&mut Carry>) -> Self {
         // Sized for every session: collected from a filter, they would grow step by step.
         let mut pending: Vec<&Session> = Vec::with_capacity(s.sessions.len());
         pending.extend(
@@ -78,6 +90,7 @@ impl<'a> Pass<'a> {
                 .iter()
                 .chain(holding.iter().map(|(_, r)| r))
                 .map(|r| &**r),
+            carry.as_deref_mut(),
         );
 
         // Equivalence classes of identical needs: identical named requests under identical
@@ -117,7 +130,7 @@ impl<'a> Pass<'a> {
                 class
             })
             .collect();
-        let dims = dims.finish(s);
+        let dims = dims.finish(s, carry);
         // Classes whose named requests differ may still need the same: merged.
         let mut merged: HashMap<Vector, usize, FixedState> = HashMap::default();
         let mut class_needs: Vec<Vector> = Vec::new();
@@ -268,12 +281,7 @@ struct Scaled {
 /// terminations against what that leaves unmet.
 fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) -> Scaled {
     let index = pass.index();
-    let free: Vec<Vector> = s
-        .agents
-        .iter()
-        .enumerate()
-        .map(|(i, a)| pass.dims.agent_free(i, a))
-        .collect();
+    let free: Vec<Vector> = pass.dims.agent_free.clone();
     let open: Vec<bool> = s
         .agents
         .iter()
@@ -400,7 +408,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
                 if std::mem::replace(&mut reset[agent], true) {
                     continue;
                 }
-                free[agent] = pass.dims.agent_free(agent, &s.agents[agent]);
+                free[agent] = pass.dims.agent_free[agent].clone();
                 if let Some(ledger) = ledgers.get_mut(agent) {
                     *ledger = pass.dims.agent_ledgers[agent].clone();
                 }

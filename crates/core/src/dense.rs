@@ -63,8 +63,8 @@ impl SlotIndex {
     }
 
     /// With the devices' dimensions after the names: `devices` must start at `self.names().len()`.
-    pub fn with_devices(mut self, devices: DeviceLayout) -> Self {
-        self.devices = Arc::new(devices);
+    pub fn with_devices(mut self, devices: impl Into<Arc<DeviceLayout>>) -> Self {
+        self.devices = devices.into();
         self
     }
 

@@ -1,6 +1,9 @@
 //! The dense dimensions of one snapshot: the slot index with its device layout, and what every
 //! agent and template has in that form, built once for a pass (or a submit's admission check).
 
+use std::sync::Arc;
+
+use crate::carry::Carry;
 use crate::dense::{SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceError, GPU};
 use crate::ledger::{DeviceLayout, DeviceNeed, Ledger};
@@ -14,6 +17,8 @@ pub struct Dimensions {
     pub index: SlotIndex,
     /// Per agent (as in `snapshot.agents`): what is free on each device now.
     pub agent_ledgers: Vec<Ledger>,
+    /// Per agent: its free capacity now (an over-allocated agent has none of that slot).
+    pub agent_free: Vec<Vector>,
     /// Per template (as in `snapshot.group.templates`): a fresh instance's devices.
     pub template_ledgers: Vec<Ledger>,
     /// Per template: a fresh instance's capacity (made once: every step of a pass reads them).
@@ -25,13 +30,19 @@ pub struct Dimensions {
 pub struct Builder {
     /// The named slots alone.
     names: SlotIndex,
-    layout: DeviceLayout,
+    /// Shared with a carry that keeps it; copied only when a request needs a group it lacks.
+    layout: Arc<DeviceLayout>,
 }
 
 impl Builder {
     /// The named slots of `s` and of `sets` (the requests and whatever else the caller will
-    /// put in vectors), and its devices' kinds and classes.
-    pub fn new<'r>(s: &'r Snapshot, sets: impl IntoIterator<Item = &'r Slots>) -> Self {
+    /// put in vectors), and its devices' kinds and classes (as `carry` kept them, when the
+    /// agents and templates they were made of are the same).
+    pub fn new<'r>(
+        s: &'r Snapshot,
+        sets: impl IntoIterator<Item = &'r Slots>,
+        carry: Option<&mut Carry>,
+    ) -> Self {
         // Capacities, then allocations: sets of the same names come in longer runs so.
         let names = SlotIndex::of(
             (s.agents.iter().map(|a| &a.capacity))
@@ -40,12 +51,18 @@ impl Builder {
                 .chain(sets)
                 .chain([&s.group.policy.headroom]),
         );
-        let layout = DeviceLayout::of(
-            device_kinds(s, &names),
-            names.names(),
-            &s.agents,
-            &s.group.templates,
-        );
+        let make = || {
+            DeviceLayout::of(
+                device_kinds(s, &names),
+                names.names(),
+                &s.agents,
+                &s.group.templates,
+            )
+        };
+        let layout = match carry {
+            Some(carry) => carry.layout(names.names(), s, make),
+            None => Arc::new(make()),
+        };
         Builder { names, layout }
     }
 
@@ -66,22 +83,33 @@ impl Builder {
         named: &[u64],
         constraints: &[DeviceConstraint],
     ) -> Result<DeviceNeed, DeviceError> {
-        self.layout.resolve_named(named, constraints)
+        match self.layout.resolve_named_known(named, constraints)? {
+            Some(need) => Ok(need),
+            None => Arc::make_mut(&mut self.layout).resolve_named(named, constraints),
+        }
     }
 
-    pub fn finish(self, s: &Snapshot) -> Dimensions {
-        let agent_ledgers = s
-            .agents
-            .iter()
-            .map(|a| self.layout.agent_ledger(a))
-            .collect();
+    /// The dimensions, with every agent's ledger and free vector: taken from `carry` for the
+    /// agents it kept in these dimensions, made (and kept there) for the others.
+    pub fn finish(self, s: &Snapshot, carry: Option<&mut Carry>) -> Dimensions {
+        let index = self.names.with_devices(self.layout);
+        let made = |a: &Agent| {
+            let ledger = index.devices().agent_ledger(a);
+            let mut free = index.vector(&a.capacity);
+            index.subtract(&mut free, &a.allocated);
+            index.devices().write_free(&ledger, &mut free);
+            (ledger, free)
+        };
+        let (agent_ledgers, agent_free) = match carry {
+            Some(carry) => carry.dense(&index, &s.agents, made),
+            None => s.agents.iter().map(made).unzip(),
+        };
         let template_ledgers: Vec<Ledger> = s
             .group
             .templates
             .iter()
-            .map(|t| self.layout.template_ledger(t))
+            .map(|t| index.devices().template_ledger(t))
             .collect();
-        let index = self.names.with_devices(self.layout);
         let templates = (s.group.templates.iter().zip(&template_ledgers))
             .map(|(t, ledger)| {
                 let mut v = index.vector(&t.slots);
@@ -92,6 +120,7 @@ impl Builder {
         Dimensions {
             index,
             agent_ledgers,
+            agent_free,
             template_ledgers,
             templates,
         }
@@ -108,14 +137,6 @@ impl Dimensions {
         let mut v = vec![0u64; self.index.len()].into_boxed_slice();
         v[..named.len()].copy_from_slice(named);
         self.layout().write_need(need, &mut v);
-        v
-    }
-
-    /// Agent `a`'s free capacity now (an over-allocated agent has none of that slot).
-    pub fn agent_free(&self, a: usize, agent: &Agent) -> Vector {
-        let mut v = self.index.vector(&agent.capacity);
-        self.index.subtract(&mut v, &agent.allocated);
-        self.layout().write_free(&self.agent_ledgers[a], &mut v);
         v
     }
 

@@ -20,7 +20,7 @@ use foldhash::fast::FixedState;
 
 use crate::devices::{ask_amounts, Device, DeviceAsk, DeviceConstraint, DeviceError};
 use crate::model::{Agent, InstanceTemplate};
-use crate::slots::{Quantity, SlotName, Slots, SCALE};
+use crate::slots::{same_text, Quantity, SlotName, Slots, SCALE};
 
 const WHOLE: usize = 0;
 const FRACTION: usize = 1;
@@ -193,10 +193,16 @@ impl DeviceLayout {
     }
 
     /// The group a request of `kind` accepts under `constraint`, whose fraction asks for
-    /// `memory` (a device with less memory in all can never hold it); made if new.
-    fn group(&mut self, kind: usize, constraint: Option<&DeviceConstraint>, memory: u64) -> usize {
+    /// `memory` (a device with less memory in all can never hold it), or, when it is not made
+    /// yet, its classes.
+    fn group(
+        &self,
+        kind: usize,
+        constraint: Option<&DeviceConstraint>,
+        memory: u64,
+    ) -> Result<usize, Vec<bool>> {
         if constraint.is_none() && memory == 0 {
-            return self.all[kind];
+            return Ok(self.all[kind]);
         }
         let members = self
             .classes
@@ -207,7 +213,11 @@ impl DeviceLayout {
                     && constraint.is_none_or(|c| c.accepts(model, Quantity::from_milli(*mem)))
             })
             .collect();
-        self.intern(kind, members)
+        let key = (kind, members);
+        match self.group_of.get(&key) {
+            Some(&g) => Ok(g),
+            None => Err(key.1),
+        }
     }
 
     /// Resolves a request's device asks into groups (made as needed): the request's
@@ -235,23 +245,56 @@ impl DeviceLayout {
         named: &[u64],
         constraints: &[DeviceConstraint],
     ) -> Result<DeviceNeed, DeviceError> {
-        let amounts: Vec<(u64, u64)> = self
-            .positions
+        let amounts = self.named_amounts(named);
+        self.resolve_amounts(&amounts, constraints)
+    }
+
+    /// [`DeviceLayout::resolve_named`] with the groups made so far: `Ok(None)` when the request
+    /// needs one that is not made yet.
+    pub fn resolve_named_known(
+        &self,
+        named: &[u64],
+        constraints: &[DeviceConstraint],
+    ) -> Result<Option<DeviceNeed>, DeviceError> {
+        let amounts = self.named_amounts(named);
+        Ok(self.resolve_known(&amounts, constraints)?.ok())
+    }
+
+    /// Per kind, what a request over the named slots gives of it and of its fraction's memory.
+    fn named_amounts(&self, named: &[u64]) -> Vec<(u64, u64)> {
+        self.positions
             .iter()
             .map(|(amount, memory)| {
                 let at = |p: &Option<usize>| p.map_or(0, |i| named[i]);
                 (at(amount), at(memory))
             })
-            .collect();
-        self.resolve_amounts(&amounts, constraints)
+            .collect()
     }
 
-    /// Per kind, what a request gives of it and of its fraction's memory (thousandths).
+    /// Per kind, what a request gives of it and of its fraction's memory (thousandths): the
+    /// groups it needs are made as they are found missing.
     fn resolve_amounts(
         &mut self,
         amounts: &[(u64, u64)],
         constraints: &[DeviceConstraint],
     ) -> Result<DeviceNeed, DeviceError> {
+        loop {
+            match self.resolve_known(amounts, constraints)? {
+                Ok(need) => return Ok(need),
+                Err((kind, members)) => {
+                    self.intern(kind, members);
+                }
+            }
+        }
+    }
+
+    /// [`DeviceLayout::resolve_amounts`] with the groups made so far, or the first group
+    /// missing (its kind and classes).
+    fn resolve_known(
+        &self,
+        amounts: &[(u64, u64)],
+        constraints: &[DeviceConstraint],
+    ) -> Result<Result<DeviceNeed, (usize, Vec<bool>)>, DeviceError> {
         let mut asks = Vec::new();
         for (k, &(amount, memory)) in amounts.iter().enumerate() {
             let Some(a) = ask_amounts(&self.kinds[k], amount, memory)? else {
@@ -262,9 +305,12 @@ impl DeviceLayout {
                 DeviceAsk::Fraction { memory, .. } => memory,
                 DeviceAsk::Whole(_) => 0,
             };
-            asks.push((self.group(k, constraint, memory), a));
+            match self.group(k, constraint, memory) {
+                Ok(g) => asks.push((g, a)),
+                Err(members) => return Ok(Err((k, members))),
+            }
         }
-        Ok(DeviceNeed { asks })
+        Ok(Ok(DeviceNeed { asks }))
     }
 
     /// An agent's ledger: its devices, and, for a kind it gives only as a number, that many
@@ -541,12 +587,6 @@ fn same_class(a: &Device, b: &Device) -> bool {
 /// Whether two (kind, model, memory) keys name one class, numbers first.
 fn same_key(a: (&SlotName, &str, u64), b: (&SlotName, &str, u64)) -> bool {
     a.2 == b.2 && a.0 == b.0 && same_text(a.1, b.1)
-}
-
-/// Equal texts. A pass compares every device's model with the one before it, and most are
-/// empty or shared: those are equal without reading them.
-fn same_text(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (a.is_empty() || std::ptr::eq(a.as_ptr(), b.as_ptr()) || a == b)
 }
 
 fn class_text(model: &str, memory: u64) -> String {

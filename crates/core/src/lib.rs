@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod agent_update;
+pub mod carry;
 pub mod cycle;
 pub mod decisions;
 pub mod dense;
@@ -29,7 +30,8 @@ pub mod snapshot;
 pub mod workload;
 
 pub use agent_update::AgentUpdate;
-pub use cycle::cycle;
+pub use carry::Carry;
+pub use cycle::{cycle, cycle_carrying};
 pub use decisions::*;
 pub use devices::{Device, DeviceConstraint, DeviceGrant, DeviceSet};
 pub use disconnect::OnDisconnect;

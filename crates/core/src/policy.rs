@@ -10,6 +10,7 @@ use crate::ledger::Ledger;
 use crate::model::{Agent, AgentState, PlacementStrategy, PolicyKind, Timestamp};
 use crate::planner::{self, DemandClass, Offer, Pack};
 use crate::schedule::FreeIndex;
+use crate::slots::same_text;
 use crate::snapshot::Snapshot;
 
 /// What the policy sees: the snapshot, and the pass's trial placement of admitted sessions on the
@@ -533,7 +534,10 @@ fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
                 .agents
                 .iter()
                 .filter(|a| {
-                    a.state != AgentState::Terminated && a.template.as_deref() == Some(&tpl.name)
+                    a.state != AgentState::Terminated
+                        && a.template
+                            .as_deref()
+                            .is_some_and(|t| same_text(t, &tpl.name))
                 })
                 .count()
                 + launching.per_template[t] as usize;

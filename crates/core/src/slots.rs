@@ -65,15 +65,16 @@ impl std::hash::Hash for SlotName {
 
 impl PartialEq for SlotName {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || same_name(&self.0, &other.0)
+        Arc::ptr_eq(&self.0, &other.0) || same_text(&self.0, &other.0)
     }
 }
 
-/// Equal names, compared in line: a pass tells apart names of one length (`cpu`, `gpu`, `mem`)
-/// hundreds of thousands of times, and a call to `memcmp` for three bytes costs more than the
-/// bytes.
-fn same_name(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+/// Equal texts, compared in line: a pass tells apart short names, ids and models (`cpu`,
+/// `gpu`, `n0000012`, an empty model) hundreds of thousands of times, and a call to `memcmp`
+/// costs more than their bytes.
+pub(crate) fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || a.bytes().zip(b.bytes()).all(|(x, y)| x == y))
 }
 
 impl Ord for SlotName {
@@ -348,7 +349,7 @@ impl Slots {
         // Slot names are short; a linear lookup by &str avoids building a SlotName.
         self.0
             .iter()
-            .find(|(k, _)| same_name(k.as_str(), name))
+            .find(|(k, _)| same_text(k.as_str(), name))
             .map(|(_, q)| *q)
             .unwrap_or_default()
     }

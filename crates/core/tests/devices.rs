@@ -400,6 +400,27 @@ fn brute_fits(devices: &[Device], free: &Free, ask: &Ask) -> bool {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// A pass that carries the agents' dense form and the device layout from another group
+    /// state decides as a fresh pass: requests with models and memory make groups the kept
+    /// layout lacks, and agents of other models make another layout.
+    #[test]
+    fn a_carried_pass_with_devices_decides_as_a_fresh_one(
+        (agents, asks) in clusters(),
+        (later_agents, later_asks) in clusters(),
+    ) {
+        let (first, second) = (build(&agents, &asks), build(&later_agents, &later_asks));
+        let mut carry = corral_core::Carry::default();
+        corral_core::cycle_carrying(&first, &mut carry);
+        for a in &second.agents {
+            if first.agents.iter().any(|b| b.id == a.id && (b.allocated != a.allocated || b.capacity != a.capacity || b.devices != a.devices)) {
+                carry.changed(&a.id);
+            }
+        }
+        prop_assert_eq!(corral_core::cycle_carrying(&second, &mut carry), cycle(&second));
+        // And again, nothing changed: everything as kept.
+        prop_assert_eq!(corral_core::cycle_carrying(&second, &mut carry), cycle(&second));
+    }
+
     #[test]
     fn placements_hold_device_by_device_and_every_refusal_is_right((agents, asks) in clusters()) {
         let s = build(&agents, &asks);

@@ -196,4 +196,21 @@ proptest! {
     fn the_same_snapshot_gives_the_same_decisions(s in snapshots()) {
         prop_assert_eq!(cycle(&s), cycle(&s.clone()));
     }
+
+    #[test]
+    fn a_carried_pass_decides_as_a_fresh_one(first in snapshots(), second in snapshots()) {
+        let mut carry = Carry::default();
+        cycle_carrying(&first, &mut carry);
+        // The caller's part: each agent whose capacity, allocation or devices differ.
+        for a in &second.agents {
+            let changed = first.agents.iter().any(|b| {
+                b.id == a.id
+                    && (b.capacity != a.capacity || b.allocated != a.allocated || b.devices != a.devices)
+            });
+            if changed {
+                carry.changed(&a.id);
+            }
+        }
+        prop_assert_eq!(cycle_carrying(&second, &mut carry), cycle(&second));
+    }
 }

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashSet};
 use corral_core::grants;
 use corral_core::schedule::{by_keys, queue_order, MAX_PENDING_PER_PASS};
 use corral_core::{
-    Agent, AgentId, AgentState, Decisions, DeviceGrant, Governor, HeadOfLine, InFlight, Sequencer,
-    Session, SessionId, SessionState, SlotName, Slots, Snapshot, Timestamp, WaitReason,
+    Agent, AgentId, AgentState, Carry, Decisions, DeviceGrant, Governor, HeadOfLine, InFlight,
+    Sequencer, Session, SessionId, SessionState, SlotName, Slots, Snapshot, Timestamp, WaitReason,
 };
 
 use crate::clock::{Clock, Event};
@@ -76,6 +76,9 @@ pub(crate) struct World<'a> {
     /// The device kinds agents count one by one (`gpu`, and those templates list).
     device_kinds: Vec<SlotName>,
     governor: Governor,
+    /// What the last pass made of each agent in dense form: told of every agent whose
+    /// allocation changes or that leaves, so that the next pass remakes only those.
+    carry: Carry,
     rng: corral_core::workload::Rng,
     pub running: usize,
     pub arrived: usize,
@@ -122,6 +125,7 @@ impl<'a> World<'a> {
             next_instance: 0,
             device_kinds: grants::listed_kinds(&[], &config.templates, true),
             governor: Governor::default(),
+            carry: Carry::default(),
             rng: corral_core::workload::Rng::new(config.provisioning.seed),
             running: 0,
             arrived: 0,
@@ -269,6 +273,7 @@ impl<'a> World<'a> {
                 let slots = record.slots.clone();
                 let devices = std::mem::take(&mut record.devices);
                 let id = self.nodes[node].id.clone();
+                self.carry.changed(&id);
                 let agent = self.agent_mut(&id)?;
                 agent.allocated = agent.allocated.checked_sub(&slots).map_err(|e| {
                     SimError::Engine(format!("agent {id} frees more than it holds: {e}"))
@@ -340,7 +345,7 @@ impl<'a> World<'a> {
         if !self.backlog.is_empty() {
             self.refill_from_backlog();
         }
-        let decisions = corral_core::cycle(&self.snapshot);
+        let decisions = corral_core::cycle_carrying(&self.snapshot, &mut self.carry);
         let applied = self.apply(&decisions, clock);
         // Placed sessions stay under DRF (they hold capacity); decided ones leave.
         let drf = self.drf();
@@ -421,6 +426,7 @@ impl<'a> World<'a> {
             }
         }
         for (p, at) in d.placements.iter().zip(place_at) {
+            self.carry.changed(&p.agent);
             let agent = self.agent_mut(&p.agent)?;
             let allocated = agent.allocated.checked_add(&p.slots).ok();
             match allocated {
@@ -467,6 +473,7 @@ impl<'a> World<'a> {
                 SimError::Engine(format!("terminating agent {}, which is gone", t.agent))
             })?;
             let agent = self.snapshot.agents.remove(at);
+            self.carry.changed(&agent.id);
             if !agent.is_idle() {
                 return Err(SimError::Engine(format!(
                     "terminating agent {} that holds {}",

@@ -1,0 +1,196 @@
+//! What a pass made of each agent in dense form, kept for the next pass of the same group by a
+//! caller that says which agents changed in between, and the device layout the agents' device
+//! classes give, kept while they stay the same. The simulator changes its agents itself,
+//! so it knows; a pass then remakes the ledgers and free vectors of those agents alone. The
+//! manager reads a fresh snapshot each pass and keeps nothing.
+
+use std::sync::Arc;
+
+use crate::dense::{SlotIndex, Vector};
+use crate::ledger::{DeviceLayout, Ledger};
+use crate::model::{Agent, AgentId, InstanceTemplate};
+use crate::slots::{same_text, Quantity, SlotName, Slots};
+use crate::snapshot::Snapshot;
+
+/// Kept per agent by id, in the dimensions of the pass that made them; and the device layout
+/// of the last pass before its requests were resolved, with what it was made of.
+#[derive(Debug, Default)]
+pub struct Carry {
+    /// The dimensions the kept forms are in: a pass in others drops them all.
+    index: SlotIndex,
+    /// In the order of the last pass's agents; `None` for those changed since.
+    agents: Vec<(AgentId, Option<Kept>)>,
+    layout: Option<KeptLayout>,
+}
+
+#[derive(Debug)]
+struct KeptLayout {
+    layout: Arc<DeviceLayout>,
+    names: Vec<SlotName>,
+    /// Per agent, in the snapshot's order, then per template: what the layout reads of it.
+    shapes: Vec<Shape>,
+}
+
+/// What the device layout reads of an agent or a template: its capacity, and its devices'
+/// classes (kind, model, memory).
+#[derive(Debug)]
+struct Shape {
+    capacity: Slots,
+    classes: Vec<(SlotName, String, Quantity)>,
+}
+
+impl Shape {
+    fn of(capacity: &Slots, classes: impl Iterator<Item = (SlotName, String, Quantity)>) -> Self {
+        Shape {
+            capacity: capacity.clone(),
+            classes: classes.collect(),
+        }
+    }
+
+    fn of_agent(a: &Agent) -> Self {
+        let classes = a.devices.iter();
+        Shape::of(
+            &a.capacity,
+            classes.map(|d| (d.kind.clone(), d.model.clone(), d.memory)),
+        )
+    }
+
+    fn of_template(t: &InstanceTemplate) -> Self {
+        let classes = t.devices.iter();
+        Shape::of(
+            &t.slots,
+            classes.map(|d| (d.kind.clone(), d.model.clone(), d.memory)),
+        )
+    }
+
+    /// Models are compared in line: most are empty, and a call to `memcmp` per device cost
+    /// more than the layout it saves.
+    fn is<'a>(
+        &self,
+        capacity: &Slots,
+        classes: impl ExactSizeIterator<Item = (&'a SlotName, &'a str, Quantity)>,
+    ) -> bool {
+        self.capacity == *capacity
+            && self.classes.len() == classes.len()
+            && (self.classes.iter().zip(classes)).all(|((kind, model, memory), c)| {
+                kind == c.0 && *memory == c.2 && same_text(model, c.1)
+            })
+    }
+
+    fn is_of_agent(&self, a: &Agent) -> bool {
+        let classes = a.devices.iter();
+        self.is(
+            &a.capacity,
+            classes.map(|d| (&d.kind, d.model.as_str(), d.memory)),
+        )
+    }
+
+    fn is_of_template(&self, t: &InstanceTemplate) -> bool {
+        let classes = t.devices.iter();
+        self.is(
+            &t.slots,
+            classes.map(|d| (&d.kind, d.model.as_str(), d.memory)),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Kept {
+    ledger: Ledger,
+    free: Vector,
+}
+
+impl Carry {
+    /// Agent `id`'s capacity, allocation or devices changed, or it left: what was kept of it is
+    /// dropped, and the next pass makes it again.
+    pub fn changed(&mut self, id: &AgentId) {
+        if let Some((_, kept)) = (self.agents.iter_mut()).find(|(k, _)| same_text(&k.0, &id.0)) {
+            *kept = None;
+        }
+    }
+
+    /// The device layout of `s` over the named slots `names`: as kept, when the capacities and
+    /// device classes of the agents and templates are those it was made of (allocations do not
+    /// count), else as `make` makes it (and it is kept).
+    pub(crate) fn layout(
+        &mut self,
+        names: &[SlotName],
+        s: &Snapshot,
+        make: impl FnOnce() -> DeviceLayout,
+    ) -> Arc<DeviceLayout> {
+        if let Some(kept) = &self.layout {
+            let templates = &s.group.templates;
+            let (agents, rest) = kept.shapes.split_at(kept.shapes.len().min(s.agents.len()));
+            let same = kept.names == names
+                && kept.shapes.len() == s.agents.len() + templates.len()
+                && (agents.iter().zip(&s.agents)).all(|(shape, a)| shape.is_of_agent(a))
+                && (rest.iter().zip(templates)).all(|(shape, t)| shape.is_of_template(t));
+            if same {
+                debug_assert!(*kept.layout == make(), "a kept device layout differs");
+                return kept.layout.clone();
+            }
+        }
+        let layout = Arc::new(make());
+        self.layout = Some(KeptLayout {
+            layout: layout.clone(),
+            names: names.to_vec(),
+            shapes: (s.agents.iter().map(Shape::of_agent))
+                .chain(s.group.templates.iter().map(Shape::of_template))
+                .collect(),
+        });
+        layout
+    }
+
+    /// Per agent of `agents`, in `index`: its ledger and free vector, as kept, or as `make`
+    /// makes them (and they are kept). Agents no longer there are let go.
+    pub(crate) fn dense(
+        &mut self,
+        index: &SlotIndex,
+        agents: &[Agent],
+        make: impl Fn(&Agent) -> (Ledger, Vector),
+    ) -> (Vec<Ledger>, Vec<Vector>) {
+        if self.index != *index {
+            self.agents.clear();
+            self.index = index.clone();
+        }
+        let mut last = std::mem::take(&mut self.agents);
+        let mut ledgers = Vec::with_capacity(agents.len());
+        let mut free = Vec::with_capacity(agents.len());
+        // Most agents are where they were in the last pass: looked for there first.
+        let mut cursor = 0;
+        for agent in agents {
+            let at = (last.get(cursor))
+                .filter(|(id, _)| same_text(&id.0, &agent.id.0))
+                .map(|_| cursor)
+                .or_else(|| (last.iter()).position(|(id, _)| same_text(&id.0, &agent.id.0)));
+            let kept = at.and_then(|i| {
+                cursor = i + 1;
+                last[i].1.take()
+            });
+            let kept = match kept {
+                Some(kept) => {
+                    // A caller that failed to say an agent changed would get stale decisions:
+                    // the tests' builds check every kept form against a fresh one.
+                    debug_assert!(
+                        make(agent) == (kept.ledger.clone(), kept.free.clone()),
+                        "agent {} changed since the last pass and the carry was not told",
+                        agent.id
+                    );
+                    kept
+                }
+                None => {
+                    let (ledger, free) = make(agent);
+                    Kept { ledger, free }
+                }
+            };
+            ledgers.push(kept.ledger.clone());
+            free.push(kept.free.clone());
+            let id = match at {
+                Some(i) => std::mem::take(&mut last[i].0 .0),
+                None => agent.id.0.clone(),
+            };
+            self.agents.push((AgentId(id), Some(kept)));
+        }
+        (ledgers, free)
+    }
+}
