@@ -34,7 +34,7 @@ pub fn admit(
 /// whole check then gives the verdict and its reason.
 pub fn verdicts(
     s: &Snapshot,
-    dims: &Dimensions,
+    dims: &Dimensions<'_>,
     needs: &[impl AsRef<[u64]>],
 ) -> Vec<Result<(), Infeasible>> {
     let index = &dims.index;

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::dense::{SlotIndex, Vector};
+use crate::dense::{Rows, SlotIndex, Vector};
 use crate::ledger::{DeviceLayout, Ledger};
 use crate::model::{Agent, AgentId, InstanceTemplate};
 use crate::slots::{same_text, Quantity, SlotName, Slots};
@@ -18,8 +18,12 @@ use crate::snapshot::Snapshot;
 pub struct Carry {
     /// The dimensions the kept forms are in: a pass in others drops them all.
     index: SlotIndex,
-    /// In the order of the last pass's agents; `None` for those changed since.
-    agents: Vec<(AgentId, Option<Kept>)>,
+    /// Per agent of the last pass, in its order: its id, whether it changed since, its ledger
+    /// and its free vector.
+    ids: Vec<AgentId>,
+    changed: Vec<bool>,
+    ledgers: Vec<Ledger>,
+    free: Rows,
     layout: Option<KeptLayout>,
 }
 
@@ -94,18 +98,12 @@ impl Shape {
     }
 }
 
-#[derive(Debug)]
-struct Kept {
-    ledger: Ledger,
-    free: Vector,
-}
-
 impl Carry {
     /// Agent `id`'s capacity, allocation or devices changed, or it left: what was kept of it is
     /// dropped, and the next pass makes it again.
     pub fn changed(&mut self, id: &AgentId) {
-        if let Some((_, kept)) = (self.agents.iter_mut()).find(|(k, _)| same_text(&k.0, &id.0)) {
-            *kept = None;
+        if let Some(i) = self.ids.iter().position(|k| same_text(&k.0, &id.0)) {
+            self.changed[i] = true;
         }
     }
 
@@ -148,49 +146,47 @@ impl Carry {
         index: &SlotIndex,
         agents: &[Agent],
         make: impl Fn(&Agent) -> (Ledger, Vector),
-    ) -> (Vec<Ledger>, Vec<Vector>) {
+    ) -> (&[Ledger], &Rows) {
+        let width = index.len();
         if self.index != *index {
-            self.agents.clear();
+            self.ids.clear();
             self.index = index.clone();
         }
-        let mut last = std::mem::take(&mut self.agents);
-        let mut ledgers = Vec::with_capacity(agents.len());
-        let mut free = Vec::with_capacity(agents.len());
+        let mut ids = std::mem::replace(&mut self.ids, Vec::with_capacity(agents.len()));
+        let changed = std::mem::replace(&mut self.changed, vec![false; agents.len()]);
+        let mut ledgers = std::mem::replace(&mut self.ledgers, Vec::with_capacity(agents.len()));
+        let free = std::mem::replace(&mut self.free, Rows::with_capacity(width, agents.len()));
         // Most agents are where they were in the last pass: looked for there first.
         let mut cursor = 0;
         for agent in agents {
-            let at = (last.get(cursor))
-                .filter(|(id, _)| same_text(&id.0, &agent.id.0))
-                .map(|_| cursor)
-                .or_else(|| (last.iter()).position(|(id, _)| same_text(&id.0, &agent.id.0)));
-            let kept = at.and_then(|i| {
+            let same = |i: &usize| same_text(&ids[*i].0, &agent.id.0);
+            let at = Some(cursor)
+                .filter(|i| *i < ids.len() && same(i))
+                .or_else(|| (0..ids.len()).find(same));
+            if let Some(i) = at {
                 cursor = i + 1;
-                last[i].1.take()
-            });
-            let kept = match kept {
-                Some(kept) => {
+            }
+            match at {
+                Some(i) if !changed[i] => {
                     // A caller that failed to say an agent changed would get stale decisions:
                     // the tests' builds check every kept form against a fresh one.
                     debug_assert!(
-                        make(agent) == (kept.ledger.clone(), kept.free.clone()),
+                        make(agent) == (ledgers[i].clone(), Vector::from(&free[i])),
                         "agent {} changed since the last pass and the carry was not told",
                         agent.id
                     );
-                    kept
+                    self.ledgers.push(std::mem::take(&mut ledgers[i]));
+                    self.free.push(&free[i]);
+                    self.ids.push(AgentId(std::mem::take(&mut ids[i].0)));
                 }
-                None => {
-                    let (ledger, free) = make(agent);
-                    Kept { ledger, free }
+                _ => {
+                    let (ledger, vector) = make(agent);
+                    self.ledgers.push(ledger);
+                    self.free.push(&vector);
+                    self.ids.push(agent.id.clone());
                 }
-            };
-            ledgers.push(kept.ledger.clone());
-            free.push(kept.free.clone());
-            let id = match at {
-                Some(i) => std::mem::take(&mut last[i].0 .0),
-                None => agent.id.0.clone(),
-            };
-            self.agents.push((AgentId(id), Some(kept)));
+            }
         }
-        (ledgers, free)
+        (&self.ledgers, &self.free)
     }
 }

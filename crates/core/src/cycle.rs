@@ -11,7 +11,7 @@ use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
     Waiting,
 };
-use crate::dense::{SlotIndex, Vector};
+use crate::dense::{Rows, SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceGrant};
 use crate::dimensions::{self, Dimensions};
 use crate::ledger::{DeviceNeed, Ledger};
@@ -56,7 +56,7 @@ struct Pass<'a> {
     required: Vec<Cow<'a, Slots>>,
     /// Under fair share, with a queue: sessions holding capacity, with their required shares.
     holding: Vec<(&'a Session, Cow<'a, Slots>)>,
-    dims: Dimensions,
+    dims: Dimensions<'a>,
     /// Per pending session: its class (identical needs), or why what it asks of devices is
     /// not a valid request.
     classes: Vec<Result<usize, Infeasible>>,
@@ -65,7 +65,7 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn of(s: &'a Snapshot, mut carry: Option<&mut Carry>) -> Self {
+    fn of(s: &'a Snapshot, mut carry: Option<&'a mut Carry>) -> Self {
         // Sized for every session: collected from a filter, they would grow step by step.
         let mut pending: Vec<&Session> = Vec::with_capacity(s.sessions.len());
         pending.extend(
@@ -271,7 +271,7 @@ struct Scaled {
     /// Admitted sessions the trial found no room for, in queue order.
     unmet: Vec<usize>,
     /// Per agent: free capacity and devices once the trial placed the queue.
-    trial_free: Vec<Vector>,
+    trial_free: Rows,
     trial_ledgers: Vec<Ledger>,
     plan: ScalePlan,
 }
@@ -281,14 +281,14 @@ struct Scaled {
 /// terminations against what that leaves unmet.
 fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) -> Scaled {
     let index = pass.index();
-    let free: Vec<Vector> = pass.dims.agent_free.clone();
+    let free = pass.dims.agent_free.clone().into_owned();
     let open: Vec<bool> = s
         .agents
         .iter()
         .map(|a| a.state == AgentState::Alive)
         .collect();
     let mut placing = FreeIndex::new(index.len(), free, open.clone())
-        .with_devices(index.shared_devices(), pass.dims.agent_ledgers.clone());
+        .with_devices(index.shared_devices(), pass.dims.agent_ledgers.to_vec());
     let trial = schedule::place(
         &s.group.scheduler,
         &queue.requests,
@@ -408,7 +408,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
                 if std::mem::replace(&mut reset[agent], true) {
                     continue;
                 }
-                free[agent] = pass.dims.agent_free[agent].clone();
+                free[agent].copy_from_slice(&pass.dims.agent_free[agent]);
                 if let Some(ledger) = ledgers.get_mut(agent) {
                     *ledger = pass.dims.agent_ledgers[agent].clone();
                 }

@@ -146,6 +146,70 @@ impl SlotIndex {
     }
 }
 
+/// Vectors of one width in one block, by position: the free capacity of a pass's agents,
+/// which every step copies whole (one allocation, not one per agent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rows {
+    width: usize,
+    rows: usize,
+    data: Vec<u64>,
+}
+
+impl Rows {
+    /// Room for `rows` vectors of `width` dimensions, none in yet.
+    pub fn with_capacity(width: usize, rows: usize) -> Self {
+        Rows {
+            width,
+            rows: 0,
+            data: Vec::with_capacity(width * rows),
+        }
+    }
+
+    /// `rows` of the vectors of `vectors`, each `width` long.
+    pub fn of<'a>(width: usize, vectors: impl IntoIterator<Item = &'a [u64]>) -> Self {
+        let vectors = vectors.into_iter();
+        let mut rows = Rows::with_capacity(width, vectors.size_hint().0);
+        for v in vectors {
+            rows.push(v);
+        }
+        rows
+    }
+
+    pub fn push(&mut self, v: &[u64]) {
+        assert_eq!(v.len(), self.width, "a row of another width");
+        self.data.extend_from_slice(v);
+        self.rows += 1;
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u64]> {
+        (0..self.rows).map(|i| &self[i])
+    }
+}
+
+impl std::ops::Index<usize> for Rows {
+    type Output = [u64];
+
+    fn index(&self, i: usize) -> &[u64] {
+        assert!(i < self.rows, "row {i} of {}", self.rows);
+        &self.data[i * self.width..(i + 1) * self.width]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Rows {
+    fn index_mut(&mut self, i: usize) -> &mut [u64] {
+        assert!(i < self.rows, "row {i} of {}", self.rows);
+        &mut self.data[i * self.width..(i + 1) * self.width]
+    }
+}
+
 /// `need` fits in `free`, slot by slot.
 #[inline]
 pub fn fits(need: &[u64], free: &[u64]) -> bool {

@@ -1,24 +1,25 @@
 //! The dense dimensions of one snapshot: the slot index with its device layout, and what every
 //! agent and template has in that form, built once for a pass (or a submit's admission check).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::carry::Carry;
-use crate::dense::{SlotIndex, Vector};
+use crate::dense::{Rows, SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceError, GPU};
 use crate::ledger::{DeviceLayout, DeviceNeed, Ledger};
 use crate::model::{Agent, AgentState, PolicyKind};
 use crate::slots::{SlotName, Slots};
 use crate::snapshot::Snapshot;
 
-/// One snapshot's vectors and ledgers.
+/// One snapshot's vectors and ledgers (the agents' borrowed from a [`Carry`] that keeps them).
 #[derive(Debug, Clone)]
-pub struct Dimensions {
+pub struct Dimensions<'c> {
     pub index: SlotIndex,
     /// Per agent (as in `snapshot.agents`): what is free on each device now.
-    pub agent_ledgers: Vec<Ledger>,
+    pub agent_ledgers: Cow<'c, [Ledger]>,
     /// Per agent: its free capacity now (an over-allocated agent has none of that slot).
-    pub agent_free: Vec<Vector>,
+    pub agent_free: Cow<'c, Rows>,
     /// Per template (as in `snapshot.group.templates`): a fresh instance's devices.
     pub template_ledgers: Vec<Ledger>,
     /// Per template: a fresh instance's capacity (made once: every step of a pass reads them).
@@ -91,7 +92,7 @@ impl Builder {
 
     /// The dimensions, with every agent's ledger and free vector: taken from `carry` for the
     /// agents it kept in these dimensions, made (and kept there) for the others.
-    pub fn finish(self, s: &Snapshot, carry: Option<&mut Carry>) -> Dimensions {
+    pub fn finish<'c>(self, s: &Snapshot, carry: Option<&'c mut Carry>) -> Dimensions<'c> {
         let index = self.names.with_devices(self.layout);
         let made = |a: &Agent| {
             let ledger = index.devices().agent_ledger(a);
@@ -101,8 +102,19 @@ impl Builder {
             (ledger, free)
         };
         let (agent_ledgers, agent_free) = match carry {
-            Some(carry) => carry.dense(&index, &s.agents, made),
-            None => s.agents.iter().map(made).unzip(),
+            Some(carry) => {
+                let (ledgers, free) = carry.dense(&index, &s.agents, made);
+                (Cow::Borrowed(ledgers), Cow::Borrowed(free))
+            }
+            None => {
+                let mut ledgers = Vec::with_capacity(s.agents.len());
+                let mut free = Rows::with_capacity(index.len(), s.agents.len());
+                for (ledger, v) in s.agents.iter().map(made) {
+                    ledgers.push(ledger);
+                    free.push(&v);
+                }
+                (Cow::Owned(ledgers), Cow::Owned(free))
+            }
         };
         let template_ledgers: Vec<Ledger> = s
             .group
@@ -127,7 +139,7 @@ impl Builder {
     }
 }
 
-impl Dimensions {
+impl Dimensions<'_> {
     pub fn layout(&self) -> &DeviceLayout {
         self.index.devices()
     }

@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use crate::admission::Admission;
 use crate::decisions::{NoLaunch, WaitReason};
-use crate::dense::{self, fits, SlotIndex, Vector};
+use crate::dense::{self, fits, Rows, SlotIndex, Vector};
 use crate::dimensions::Dimensions;
 use crate::ledger::Ledger;
 use crate::model::{Agent, AgentState, PlacementStrategy, PolicyKind, Timestamp};
@@ -19,9 +19,9 @@ pub struct ScaleInput<'a> {
     pub snapshot: &'a Snapshot,
     pub index: &'a SlotIndex,
     /// The snapshot's agents and templates in dense form (`index` is its index).
-    pub dims: &'a Dimensions,
+    pub dims: &'a Dimensions<'a>,
     /// Per agent (as in `snapshot.agents`): free capacity after the trial placement.
-    pub free: &'a [Vector],
+    pub free: &'a Rows,
     /// Per agent: what its devices have free after the trial placement (none without device
     /// dimensions).
     pub ledgers: &'a [Ledger],
@@ -278,7 +278,7 @@ fn wait_for_in_flight(
 ) -> (Launching, Vec<usize>) {
     let s = input.snapshot;
     let templates = &s.group.templates;
-    let mut bins: Vec<Vector> = Vec::new();
+    let mut bins = Rows::with_capacity(input.index.len(), 0);
     let mut bin_template: Vec<usize> = Vec::new();
     let mut bin_ledgers: Vec<Ledger> = Vec::new();
     let mut per_template = vec![0u32; templates.len()];
@@ -291,7 +291,7 @@ fn wait_for_in_flight(
             // are sessions would never be used; the rest only add free capacity.
             let binned = count.min(u32::try_from(input.unmet.len()).unwrap_or(u32::MAX));
             for _ in 0..binned {
-                bins.push(template_slots[t].clone());
+                bins.push(&template_slots[t]);
                 bin_ledgers.push(input.dims.template_ledgers[t].clone());
                 bin_template.push(t);
             }
@@ -355,7 +355,7 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
     let mut unmarked = vec![false; s.agents.len()];
     // Most passes have no marked agent: no index of them to make.
     let marked = reusable.contains(&true).then(|| {
-        let mut marked = FreeIndex::new(input.index.len(), input.free.to_vec(), reusable.clone())
+        let mut marked = FreeIndex::new(input.index.len(), input.free.clone(), reusable.clone())
             .with_devices(input.index.shared_devices(), input.ledgers.to_vec());
         rest.retain(|&k| {
             if k >= input.held_from {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
-use crate::dense::{self, fits, Vector};
+use crate::dense::{self, fits, Rows, Vector};
 use crate::ledger::{DeviceLayout, Grant, Ledger};
 use crate::model::{PlacementStrategy, SchedulerConfig, Sequencer, Session};
 use crate::slots::Share;
@@ -133,7 +133,7 @@ fn drf_order<N: AsRef<[u64]>>(
 /// Free capacity of the agents sessions may go to, indexed per slot.
 #[derive(Debug, Clone)]
 pub struct FreeIndex {
-    free: Vec<Vector>,
+    free: Rows,
     open: Vec<bool>,
     /// Per slot, the open agents by free amount: made the first time a search is keyed on the
     /// slot (most passes key on a few of their slots), kept up to date after.
@@ -157,7 +157,7 @@ struct Devices {
 impl FreeIndex {
     /// `free[i]` is agent i's free capacity over `dims` slots; only agents with `open[i]` receive
     /// sessions.
-    pub fn new(dims: usize, free: Vec<Vector>, open: Vec<bool>) -> Self {
+    pub fn new(dims: usize, free: Rows, open: Vec<bool>) -> Self {
         let by_slot = vec![None; dims];
         let mut biggest = vec![0u64; dims].into_boxed_slice();
         for (f, _) in free.iter().zip(&open).filter(|(_, &o)| o) {
@@ -203,7 +203,7 @@ impl FreeIndex {
 
     /// Every agent's free capacity and ledger (none when the index has no devices), as the
     /// placements left them.
-    pub fn into_parts(self) -> (Vec<Vector>, Vec<Ledger>) {
+    pub fn into_parts(self) -> (Rows, Vec<Ledger>) {
         (self.free, self.devices.map_or_else(Vec::new, |d| d.ledgers))
     }
 
@@ -502,7 +502,7 @@ mod tests {
     fn index(free: &[&[u64]]) -> FreeIndex {
         FreeIndex::new(
             free[0].len(),
-            free.iter().map(|f| v(f)).collect(),
+            Rows::of(free[0].len(), free.iter().copied()),
             vec![true; free.len()],
         )
     }
@@ -520,7 +520,7 @@ mod tests {
 
     #[test]
     fn closed_agents_get_nothing_until_opened() {
-        let mut idx = FreeIndex::new(1, vec![v(&[8]), v(&[8])], vec![false, true]);
+        let mut idx = FreeIndex::new(1, Rows::of(1, [&[8u64][..], &[8]]), vec![false, true]);
         assert_eq!(idx.find(&[4], PlacementStrategy::Spread), Some(1));
         idx.take(1, &[8]);
         assert_eq!(idx.find(&[4], PlacementStrategy::Spread), None);

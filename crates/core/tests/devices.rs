@@ -503,6 +503,7 @@ proptest! {
             layout.write_free(l, &mut v);
             v.into_boxed_slice()
         }).collect();
+        let free = corral_core::dense::Rows::of(width, free.iter().map(|v| &v[..]));
         let mut index = FreeIndex::new(width, free, vec![true; s.agents.len()]).with_devices(&std::sync::Arc::new(layout.clone()), ledgers);
         let placement = if spread { corral_core::PlacementStrategy::Spread } else { corral_core::PlacementStrategy::Binpack };
         for need in &needs {

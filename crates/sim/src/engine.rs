@@ -69,13 +69,12 @@ pub fn simulate(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Outcome, SimError> {
     let mut world = World::new(config, &trace.jobs);
-    let mut clock = Clock::default();
-    for (j, job) in trace.jobs.iter().enumerate() {
-        clock.at(
+    let mut clock = Clock::starting_with(trace.jobs.iter().enumerate().map(|(j, job)| {
+        (
             Timestamp::default().plus_secs(job.submit_secs),
             Event::Arrive(j),
-        );
-    }
+        )
+    }));
     let interval = config.simulation.pass_interval_ms;
     let span_secs = trace
         .jobs
