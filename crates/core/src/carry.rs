@@ -119,9 +119,16 @@ impl Carry {
         if let Some(kept) = &self.layout {
             let templates = &s.group.templates;
             let (agents, rest) = kept.shapes.split_at(kept.shapes.len().min(s.agents.len()));
+            // An agent at its place of the last pass, not changed since, has the shape it had
+            // then, which the kept layout was made of or checked against: only the others are
+            // compared.
+            let unchanged = |i: usize, a: &Agent| {
+                i < self.ids.len() && !self.changed[i] && same_text(&self.ids[i].0, &a.id.0)
+            };
             let same = kept.names == names
                 && kept.shapes.len() == s.agents.len() + templates.len()
-                && (agents.iter().zip(&s.agents)).all(|(shape, a)| shape.is_of_agent(a))
+                && (agents.iter().zip(&s.agents).enumerate())
+                    .all(|(i, (shape, a))| unchanged(i, a) || shape.is_of_agent(a))
                 && (rest.iter().zip(templates)).all(|(shape, t)| shape.is_of_template(t));
             if same {
                 debug_assert!(*kept.layout == make(), "a kept device layout differs");
