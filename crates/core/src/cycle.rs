@@ -18,7 +18,7 @@ use crate::ledger::{DeviceNeed, Ledger};
 use crate::model::{AgentState, Sequencer, Session, SessionState, Timestamp};
 use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
 use crate::schedule::{self, FreeIndex, Outcome, Placed, Request, Usage};
-use crate::slots::{Quantity, Slots};
+use crate::slots::{Key, Quantity, Slots};
 use crate::snapshot::Snapshot;
 
 /// Turns a snapshot into decisions. Deterministic: the same snapshot gives the same decisions.
@@ -242,11 +242,11 @@ fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[&[u64]
         let named = index.names().len();
         for x in sessions {
             usage
-                .entry(x.owner.as_str())
+                .entry(Key(&x.owner))
                 .or_insert_with(|| vec![0; named].into_boxed_slice());
         }
         for (x, r) in &pass.holding {
-            if let Some(u) = usage.get_mut(x.owner.as_str()) {
+            if let Some(u) = usage.get_mut(&Key(&x.owner)) {
                 index.add(u, r);
             }
         }

@@ -32,7 +32,7 @@ const DIMS: usize = 3;
 pub const MAX_DEVICES: usize = 1024;
 
 /// The device part of one pass's dense vectors: kinds, classes and groups.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct DeviceLayout {
     /// Device kinds, sorted.
     kinds: Vec<SlotName>,
@@ -51,6 +51,25 @@ pub struct DeviceLayout {
     /// named slots, when the layout was made with them ([`DeviceLayout::of`]).
     positions: Vec<(Option<usize>, Option<usize>)>,
 }
+
+/// Equal layouts have the same kinds, classes, groups and positions; the look-up tables are
+/// made of those, so they are not compared (a pass compares its layout with the one a carry
+/// kept, and comparing the tables' model names took a call to `memcmp` each).
+impl PartialEq for DeviceLayout {
+    fn eq(&self, other: &Self) -> bool {
+        let same_class = |a: &(usize, String, u64), b: &(usize, String, u64)| {
+            a.0 == b.0 && a.2 == b.2 && same_text(&a.1, &b.1)
+        };
+        self.offset == other.offset
+            && self.kinds == other.kinds
+            && self.positions == other.positions
+            && self.groups == other.groups
+            && self.classes.len() == other.classes.len()
+            && (self.classes.iter().zip(&other.classes)).all(|(a, b)| same_class(a, b))
+    }
+}
+
+impl Eq for DeviceLayout {}
 
 /// What one placement takes of one device (index into the agent's device list).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

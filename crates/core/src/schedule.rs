@@ -14,7 +14,7 @@ use foldhash::fast::FixedState;
 use crate::dense::{self, fits, Rows, Vector};
 use crate::ledger::{DeviceLayout, Grant, Ledger};
 use crate::model::{PlacementStrategy, SchedulerConfig, Sequencer, Session};
-use crate::slots::Share;
+use crate::slots::{Key, Share};
 
 /// One key of the pending queue's order: a session field, and which way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +62,7 @@ pub fn by_keys(keys: &[QueueKey], a: &Session, b: &Session) -> std::cmp::Orderin
 }
 
 /// What each owner holds now, by owner (DRF reads those with sessions in the queue).
-pub type Usage<'a> = HashMap<&'a str, Vector, FixedState>;
+pub type Usage<'a> = HashMap<Key<'a>, Vector, FixedState>;
 
 /// The order in which to consider `sessions` (indexes into it).
 ///
@@ -93,10 +93,10 @@ fn drf_order<N: AsRef<[u64]>>(
     usage: &Usage,
     total: &[u64],
 ) -> Vec<usize> {
-    let mut queues: BTreeMap<&str, VecDeque<usize>> = BTreeMap::new();
+    let mut queues: BTreeMap<Key, VecDeque<usize>> = BTreeMap::new();
     for &i in fifo {
         queues
-            .entry(sessions[i].owner.as_str())
+            .entry(Key(&sessions[i].owner))
             .or_default()
             .push_back(i);
     }
@@ -111,7 +111,7 @@ fn drf_order<N: AsRef<[u64]>>(
     let mut heap = BinaryHeap::new();
     for (owner, queue) in queues {
         let used = usage
-            .get(owner)
+            .get(&owner)
             .map(|u| u.to_vec())
             .unwrap_or_else(|| vec![0; total.len()]);
         heap.push(Reverse((share(&used), owners.len())));
@@ -494,7 +494,7 @@ mod tests {
         ];
         let s: Vec<&Session> = all.iter().collect();
         let needs = vec![v(&[10, 0]); 5];
-        let usage = Usage::from_iter([("x", v(&[50, 0]))]);
+        let usage = Usage::from_iter([(Key("x"), v(&[50, 0]))]);
         let order = sequence(Sequencer::Drf, &s, &needs, &usage, &[100, 8]);
         assert_eq!(ids(&order, &s), ["y1", "y2", "y3", "x1", "x2"]);
     }

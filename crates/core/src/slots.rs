@@ -77,6 +77,41 @@ pub(crate) fn same_text(a: &str, b: &str) -> bool {
         && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || a.bytes().zip(b.bytes()).all(|(x, y)| x == y))
 }
 
+/// A short text (an owner) as a key that compares, orders and hashes as its `str`, its bytes
+/// compared in line: a pass looks owners up by their names hundreds of times.
+#[derive(Debug, Clone, Copy)]
+pub struct Key<'a>(pub &'a str);
+
+impl PartialEq for Key<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        same_text(self.0, other.0)
+    }
+}
+
+impl Eq for Key<'_> {}
+
+impl Ord for Key<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
+        (a.iter().zip(b))
+            .map(|(x, y)| x.cmp(y))
+            .find(|o| o.is_ne())
+            .unwrap_or_else(|| a.len().cmp(&b.len()))
+    }
+}
+
+impl PartialOrd for Key<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for Key<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
 impl Ord for SlotName {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         if Arc::ptr_eq(&self.0, &other.0) {
@@ -723,6 +758,17 @@ mod tests {
         assert!(b.fits_in(&sum));
         assert!(!sum.fits_in(&b));
         assert_eq!(a.max(&b).to_string(), "cpu=1.5,gpu=0.5,mem=1GiB");
+    }
+
+    #[test]
+    fn keys_compare_and_order_as_their_texts() {
+        let texts = ["bob", "", "alice", "al", "alicia", "b", "\u{e9}", "ALICE"];
+        for a in texts {
+            for b in texts {
+                assert_eq!(Key(a).cmp(&Key(b)), a.cmp(b), "{a:?} against {b:?}");
+                assert_eq!(Key(a) == Key(b), a == b, "{a:?} against {b:?}");
+            }
+        }
     }
 
     #[test]
