@@ -1,7 +1,5 @@
 //! Scaling policies: the logic half of a scaling driver (when and how much; the provider does how).
 
-use std::collections::HashSet;
-
 use crate::admission::Admission;
 use crate::decisions::{NoLaunch, WaitReason};
 use crate::dense::{self, fits, Rows, SlotIndex, Vector};
@@ -10,7 +8,7 @@ use crate::ledger::Ledger;
 use crate::model::{Agent, AgentState, PlacementStrategy, PolicyKind, Timestamp};
 use crate::planner::{self, DemandClass, Offer, Pack};
 use crate::schedule::FreeIndex;
-use crate::slots::same_text;
+use crate::slots::Key;
 use crate::snapshot::Snapshot;
 
 /// What the policy sees: the snapshot, and the pass's trial placement of admitted sessions on the
@@ -525,22 +523,31 @@ fn launch_budget(
 /// instances, within its launch limit.
 fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
     let s = input.snapshot;
+    // Agents per template, in one walk: each agent's template looked up by name.
+    let mut by_name: Vec<(Key, usize)> = (s.group.templates.iter().enumerate())
+        .map(|(t, tpl)| (Key(&tpl.name), t))
+        .collect();
+    by_name.sort_unstable();
+    let mut agents = vec![0usize; s.group.templates.len()];
+    for a in s
+        .agents
+        .iter()
+        .filter(|a| a.state != AgentState::Terminated)
+    {
+        let Some(name) = a.template.as_deref() else {
+            continue;
+        };
+        // Template names are unique (the group's validation): a name is found once.
+        if let Ok(i) = by_name.binary_search_by(|(n, _)| n.cmp(&Key(name))) {
+            agents[by_name[i].1] += 1;
+        }
+    }
     s.group
         .templates
         .iter()
         .enumerate()
         .map(|(t, tpl)| {
-            let existing = s
-                .agents
-                .iter()
-                .filter(|a| {
-                    a.state != AgentState::Terminated
-                        && a.template
-                            .as_deref()
-                            .is_some_and(|t| same_text(t, &tpl.name))
-                })
-                .count()
-                + launching.per_template[t] as usize;
+            let existing = agents[t] + launching.per_template[t] as usize;
             let mut available = tpl.max.saturating_sub(existing as u32);
             if let Some(limit) = s.launch_limits.get(&tpl.name) {
                 available = available.min(limit.allowed);
@@ -760,20 +767,31 @@ fn terminate_marked_empty(s: &Snapshot, unmarked: &[bool]) -> Vec<AgentAction> {
             && agent.updating.is_none()
             && agent.is_idle()
     };
-    // Most passes have no marked agent: the sessions are read only when one may go.
-    if !s.agents.iter().enumerate().any(|a| candidate(&a)) {
+    // Most passes have no marked agent: the sessions are read only when one may go, and
+    // matched against the few that may (by id, in order).
+    let mut candidates: Vec<(Key, usize)> = (s.agents.iter().enumerate())
+        .filter(candidate)
+        .map(|(a, agent)| (Key(&agent.id.0), a))
+        .collect();
+    if candidates.is_empty() {
         return Vec::new();
     }
-    let busy: HashSet<&str> = s
-        .sessions
-        .iter()
-        .filter(|x| x.state.holds_capacity())
-        .filter_map(|x| x.agent.as_ref().map(|a| a.0.as_str()))
+    candidates.sort_unstable();
+    let mut busy = vec![false; candidates.len()];
+    for x in s.sessions.iter().filter(|x| x.state.holds_capacity()) {
+        let on = x.agent.as_ref().map(|a| Key(&a.0));
+        if let Some(k) = on.and_then(|on| candidates.binary_search_by(|c| c.0.cmp(&on)).ok()) {
+            busy[k] = true;
+        }
+    }
+    let mut empty: Vec<usize> = (candidates.iter().zip(&busy))
+        .filter(|(_, &b)| !b)
+        .map(|(&(_, a), _)| a)
         .collect();
-    s.agents
-        .iter()
-        .enumerate()
-        .filter(|a| candidate(a) && !busy.contains(a.1.id.0.as_str()))
-        .map(|(a, _)| AgentAction::new(a, "marked and empty"))
+    // In the agents' order, as before the sort.
+    empty.sort_unstable();
+    empty
+        .into_iter()
+        .map(|a| AgentAction::new(a, "marked and empty"))
         .collect()
 }

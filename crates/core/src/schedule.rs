@@ -6,10 +6,8 @@
 //! during a pass).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::sync::Arc;
-
-use foldhash::fast::FixedState;
 
 use crate::dense::{self, fits, Rows, Vector};
 use crate::ledger::{DeviceLayout, Grant, Ledger};
@@ -61,8 +59,10 @@ pub fn by_keys(keys: &[QueueKey], a: &Session, b: &Session) -> std::cmp::Orderin
         .unwrap_or(std::cmp::Ordering::Equal)
 }
 
-/// What each owner holds now, by owner (DRF reads those with sessions in the queue).
-pub type Usage<'a> = HashMap<Key<'a>, Vector, FixedState>;
+/// What each owner holds now, by owner (DRF reads those with sessions in the queue). Ordered:
+/// a queue has few owners, and a look-up among them compares a few short names in line where
+/// hashing each name cost more.
+pub type Usage<'a> = BTreeMap<Key<'a>, Vector>;
 
 /// The order in which to consider `sessions` (indexes into it).
 ///

@@ -232,6 +232,25 @@ fn marked_agents_are_terminated_once_empty_and_never_by_a_fixed_policy() {
 }
 
 #[test]
+fn a_marked_agent_a_running_session_names_is_not_terminated_though_it_reads_empty() {
+    // The session's start is recorded before its agent's allocation (a sync in between).
+    let s = snapshot(json!({
+        "group": {"policy": "demand"},
+        "templates": templates(),
+        "agents": [
+            agent("a1", "g1", G1, "", "marked"),
+            agent("a2", "g1", G1, "", "marked"),
+            agent("a3", "g1", G1, "", "marked")
+        ],
+        "sessions": [
+            {"id": "s1", "owner": "alice", "request": "cpu=1", "submitted_at": 1, "state": "running", "agent": "a2"}
+        ],
+    }));
+    let d = cycle(&s);
+    assert_eq!(ids(&d.terminations), ["a1", "a3"]);
+}
+
+#[test]
 fn cooldown_and_max_nodes_hold_launches_back_and_say_so() {
     let s = snapshot(json!({
         "now": 30_000,
