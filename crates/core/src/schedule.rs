@@ -130,6 +130,10 @@ fn drf_order<N: AsRef<[u64]>>(
     order
 }
 
+/// Below this many agents, a search walks them all instead of keeping an ordered set of them per
+/// slot: the sets cost more to make than such a walk.
+const WALK_BELOW: usize = 64;
+
 /// Free capacity of the agents sessions may go to, indexed per slot.
 #[derive(Debug, Clone)]
 pub struct FreeIndex {
@@ -144,6 +148,9 @@ pub struct FreeIndex {
     devices: Option<Box<Devices>>,
     /// Reused by `take`, which computes an agent's free capacity after a placement.
     scratch: Vec<u64>,
+    /// Below this many agents, searches walk them all ([`WALK_BELOW`]; the tests change it to
+    /// check that both ways choose alike).
+    walk_below: usize,
 }
 
 /// Which device of each agent holds what: the device dimensions of the free vectors are their
@@ -172,6 +179,7 @@ impl FreeIndex {
             biggest,
             devices: None,
             scratch: Vec::new(),
+            walk_below: WALK_BELOW,
         }
     }
 
@@ -259,6 +267,9 @@ impl FreeIndex {
             let agent = self.open.iter().position(|&o| o)?;
             return Some((agent, Cursor::default()));
         };
+        if self.free.len() < self.walk_below {
+            return self.walk(key, need, placement, resume);
+        }
         if self.by_slot[key].is_none() {
             let tree = (0..self.free.len())
                 .filter(|&i| self.open[i])
@@ -294,6 +305,56 @@ impl FreeIndex {
             }
         };
         found.map(|&(k, i)| {
+            (
+                i as usize,
+                Cursor {
+                    position: (k, i),
+                    agent: i,
+                },
+            )
+        })
+    }
+
+    /// [`FreeIndex::search`] by walking every agent: the same agent, in the same order of the
+    /// key slot (its free amount, then its index) as the ordered set's walk.
+    fn walk(
+        &self,
+        key: usize,
+        need: &[u64],
+        placement: PlacementStrategy,
+        resume: Option<Cursor>,
+    ) -> Option<(usize, Cursor)> {
+        let exact = self.exact(need);
+        let from = (need[key], 0u32);
+        let at = |i: usize| (self.free[i][key], i as u32);
+        // The first (or, with `last`, the last) agent in the order that fits, among those at
+        // places `within` allows.
+        let first = |within: &dyn Fn((u64, u32)) -> bool, last: bool| {
+            let mut found: Option<(u64, u32)> = None;
+            for i in 0..self.free.len() {
+                let p = at(i);
+                let better = found.is_none_or(|f| if last { p > f } else { p < f });
+                if better && within(p) && self.open[i] && self.holds(i, need, exact) {
+                    found = Some(p);
+                }
+            }
+            found
+        };
+        let found = match (placement, resume) {
+            (PlacementStrategy::Binpack, None) => first(&|p| p >= from, false),
+            (PlacementStrategy::Binpack, Some(c)) => {
+                let last = c.agent as usize;
+                if self.open[last] && self.holds(last, need, exact) {
+                    return Some((last, c));
+                }
+                let start = c.position.max(from);
+                first(&|p| p >= start, false).or_else(|| first(&|p| p >= from && p < start, false))
+            }
+            (PlacementStrategy::Spread, None) => first(&|p| p >= from, true),
+            (PlacementStrategy::Spread, Some(c)) if c.position < from => None,
+            (PlacementStrategy::Spread, Some(c)) => first(&|p| p >= from && p <= c.position, true),
+        };
+        found.map(|(k, i)| {
             (
                 i as usize,
                 Cursor {
@@ -438,6 +499,48 @@ pub fn place(
 mod tests {
     use super::*;
     use crate::model::{HeadOfLine, SessionId, Timestamp};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The walk over every agent and the ordered sets place every request on the same
+        /// agent, under either strategy, with cursors resumed class by class.
+        #[test]
+        fn walking_the_agents_places_as_the_ordered_sets_do(
+            agents in prop::collection::vec((0u64..16, 0u64..4, prop::bool::weighted(0.8)), 1..24),
+            needs in prop::collection::vec((0u64..6, 0u64..3), 1..30),
+            spread in any::<bool>(),
+        ) {
+            let config = SchedulerConfig {
+                sequencer: Sequencer::Fifo,
+                placement: if spread { PlacementStrategy::Spread } else { PlacementStrategy::Binpack },
+                head_of_line: HeadOfLine::Backfill,
+                skip_after: 0,
+            };
+            let needs: Vec<Vector> = needs.iter().map(|&(c, g)| v(&[c, g])).collect();
+            // One class per distinct need, as a pass makes them.
+            let mut distinct: Vec<&Vector> = Vec::new();
+            let requests: Vec<Request> = needs.iter().map(|n| {
+                let class = distinct.iter().position(|d| *d == n).unwrap_or_else(|| {
+                    distinct.push(n);
+                    distinct.len() - 1
+                });
+                Request { need: n, class, blocked_passes: 0 }
+            }).collect();
+            let order: Vec<usize> = (0..requests.len()).collect();
+            let rows: Vec<Vector> = agents.iter().map(|&(c, g, _)| v(&[c, g])).collect();
+            let index = |walk_below: usize| {
+                let free = Rows::of(2, rows.iter().map(|r| &r[..]));
+                let mut index = FreeIndex::new(2, free, agents.iter().map(|a| a.2).collect());
+                index.walk_below = walk_below;
+                index
+            };
+            let (mut walked, mut ordered) = (index(usize::MAX), index(0));
+            let by_walk = place(&config, &requests, &order, distinct.len(), &mut walked, true);
+            let by_sets = place(&config, &requests, &order, distinct.len(), &mut ordered, true);
+            prop_assert_eq!(by_walk.outcomes, by_sets.outcomes);
+            prop_assert_eq!(walked.into_parts().0, ordered.into_parts().0);
+        }
+    }
 
     fn v(x: &[u64]) -> Vector {
         x.to_vec().into_boxed_slice()
