@@ -198,14 +198,14 @@ impl std::ops::Index<usize> for Rows {
     type Output = [u64];
 
     fn index(&self, i: usize) -> &[u64] {
-        assert!(i < self.rows, "row {i} of {}", self.rows);
+        debug_assert!(i < self.rows, "row {i} of {}", self.rows);
         &self.data[i * self.width..(i + 1) * self.width]
     }
 }
 
 impl std::ops::IndexMut<usize> for Rows {
     fn index_mut(&mut self, i: usize) -> &mut [u64] {
-        assert!(i < self.rows, "row {i} of {}", self.rows);
+        debug_assert!(i < self.rows, "row {i} of {}", self.rows);
         &mut self.data[i * self.width..(i + 1) * self.width]
     }
 }

@@ -6,7 +6,7 @@
 //! during a pass).
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::sync::Arc;
 
 use crate::dense::{self, fits, Rows, Vector};
@@ -93,13 +93,11 @@ fn drf_order<N: AsRef<[u64]>>(
     usage: &Usage,
     total: &[u64],
 ) -> Vec<usize> {
-    let mut queues: BTreeMap<Key, VecDeque<usize>> = BTreeMap::new();
-    for &i in fifo {
-        queues
-            .entry(Key(&sessions[i].owner))
-            .or_default()
-            .push_back(i);
-    }
+    // Each owner's sessions in queue order, one run per owner, the owners in their names'
+    // order (a stable sort keeps the queue's order within a run).
+    let owner = |i: usize| Key(&sessions[i].owner);
+    let mut by_owner = fifo.to_vec();
+    by_owner.sort_by(|&a, &b| owner(a).cmp(&owner(b)));
     let share = |used: &[u64]| {
         used.iter()
             .zip(total)
@@ -107,24 +105,33 @@ fn drf_order<N: AsRef<[u64]>>(
             .max()
             .unwrap_or(Share::ZERO)
     };
-    let mut owners: Vec<(Vec<u64>, VecDeque<usize>)> = Vec::with_capacity(queues.len());
+    // Per owner: the next of its sessions to serve and the end of its run, and what it holds.
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    let mut used = Rows::with_capacity(total.len(), 0);
     let mut heap = BinaryHeap::new();
-    for (owner, queue) in queues {
-        let used = usage
-            .get(&owner)
-            .map(|u| u.to_vec())
-            .unwrap_or_else(|| vec![0; total.len()]);
-        heap.push(Reverse((share(&used), owners.len())));
-        owners.push((used, queue));
+    let mut start = 0;
+    while start < by_owner.len() {
+        let name = owner(by_owner[start]);
+        let len = (by_owner[start..].iter())
+            .take_while(|&&i| owner(i) == name)
+            .count();
+        match usage.get(&name) {
+            Some(u) => used.push(u),
+            None => used.push(&vec![0; total.len()]),
+        }
+        heap.push(Reverse((share(&used[runs.len()]), runs.len())));
+        runs.push((start, start + len));
+        start += len;
     }
     let mut order = Vec::with_capacity(fifo.len());
     while let Some(Reverse((_, o))) = heap.pop() {
-        let (used, queue) = &mut owners[o];
-        let Some(i) = queue.pop_front() else { continue };
+        let (next, end) = &mut runs[o];
+        let i = by_owner[*next];
+        *next += 1;
         order.push(i);
-        dense::add(used, needs[i].as_ref());
-        if !queue.is_empty() {
-            heap.push(Reverse((share(used), o)));
+        dense::add(&mut used[o], needs[i].as_ref());
+        if *next < *end {
+            heap.push(Reverse((share(&used[o]), o)));
         }
     }
     order
