@@ -35,9 +35,22 @@ struct KeptLayout {
     shapes: Vec<Shape>,
 }
 
+/// Where `id` is among `ids`: most agents are where they were in the last pass, just after the
+/// one found before (`cursor`), so they are looked for there first.
+fn find(ids: &[AgentId], cursor: &mut usize, id: &AgentId) -> Option<usize> {
+    let same = |i: &usize| same_text(&ids[*i].0, &id.0);
+    let at = Some(*cursor)
+        .filter(|i| *i < ids.len() && same(i))
+        .or_else(|| (0..ids.len()).find(same));
+    if let Some(i) = at {
+        *cursor = i + 1;
+    }
+    at
+}
+
 /// What the device layout reads of an agent or a template: its capacity, and its devices'
 /// classes (kind, model, memory).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Shape {
     capacity: Slots,
     classes: Vec<(SlotName, String, Quantity)>,
@@ -135,13 +148,29 @@ impl Carry {
                 return kept.layout.clone();
             }
         }
-        let layout = Arc::new(make());
+        // Made again (agents came or went): the shapes of agents unchanged since the last pass
+        // move over, and a layout equal to the kept one stays the same shared copy.
+        let made = make();
+        let mut old = self.layout.take();
+        let layout = match &old {
+            Some(kept) if *kept.layout == made => kept.layout.clone(),
+            _ => Arc::new(made),
+        };
+        let mut cursor = 0;
+        let mut shapes = Vec::with_capacity(s.agents.len() + s.group.templates.len());
+        for a in &s.agents {
+            let j = find(&self.ids, &mut cursor, &a.id).filter(|&j| !self.changed[j]);
+            let kept = (old.as_mut().zip(j)).and_then(|(k, j)| k.shapes.get_mut(j));
+            shapes.push(match kept {
+                Some(shape) => std::mem::take(shape),
+                None => Shape::of_agent(a),
+            });
+        }
+        shapes.extend(s.group.templates.iter().map(Shape::of_template));
         self.layout = Some(KeptLayout {
             layout: layout.clone(),
             names: names.to_vec(),
-            shapes: (s.agents.iter().map(Shape::of_agent))
-                .chain(s.group.templates.iter().map(Shape::of_template))
-                .collect(),
+            shapes,
         });
         layout
     }
@@ -163,16 +192,9 @@ impl Carry {
         let changed = std::mem::replace(&mut self.changed, vec![false; agents.len()]);
         let mut ledgers = std::mem::replace(&mut self.ledgers, Vec::with_capacity(agents.len()));
         let free = std::mem::replace(&mut self.free, Rows::with_capacity(width, agents.len()));
-        // Most agents are where they were in the last pass: looked for there first.
         let mut cursor = 0;
         for agent in agents {
-            let same = |i: &usize| same_text(&ids[*i].0, &agent.id.0);
-            let at = Some(cursor)
-                .filter(|i| *i < ids.len() && same(i))
-                .or_else(|| (0..ids.len()).find(same));
-            if let Some(i) = at {
-                cursor = i + 1;
-            }
+            let at = find(&ids, &mut cursor, &agent.id);
             match at {
                 Some(i) if !changed[i] => {
                     // A caller that failed to say an agent changed would get stale decisions:
