@@ -25,6 +25,8 @@ pub struct Carry {
     ledgers: Vec<Ledger>,
     free: Rows,
     layout: Option<KeptLayout>,
+    /// The templates' forms of a pass whose layout is not the kept one.
+    fresh_templates: (Vec<Ledger>, Vec<Vector>),
 }
 
 #[derive(Debug)]
@@ -33,6 +35,18 @@ struct KeptLayout {
     names: Vec<SlotName>,
     /// Per agent, in the snapshot's order, then per template: what the layout reads of it.
     shapes: Vec<Shape>,
+    /// How many of `shapes` are agents'.
+    agents: usize,
+    /// The templates' ledgers and vectors in this layout, once a pass made them.
+    templates: Option<(Vec<Ledger>, Vec<Vector>)>,
+}
+
+/// What a pass's dimensions borrow of a carry.
+pub(crate) struct Forms<'c> {
+    pub agent_ledgers: &'c [Ledger],
+    pub agent_free: &'c Rows,
+    pub template_ledgers: &'c [Ledger],
+    pub templates: &'c [Vector],
 }
 
 /// Where `id` is among `ids`: most agents are where they were in the last pass, just after the
@@ -48,16 +62,19 @@ fn find(ids: &[AgentId], cursor: &mut usize, id: &AgentId) -> Option<usize> {
     at
 }
 
-/// What the device layout reads of an agent or a template: its capacity, and its devices'
-/// classes (kind, model, memory).
+/// What the device layout (and a template's ledger) reads of an agent or a template: its
+/// capacity, and its devices' classes (kind, model, memory) and counts.
 #[derive(Debug, Default)]
 struct Shape {
     capacity: Slots,
-    classes: Vec<(SlotName, String, Quantity)>,
+    classes: Vec<(SlotName, String, Quantity, u32)>,
 }
 
 impl Shape {
-    fn of(capacity: &Slots, classes: impl Iterator<Item = (SlotName, String, Quantity)>) -> Self {
+    fn of(
+        capacity: &Slots,
+        classes: impl Iterator<Item = (SlotName, String, Quantity, u32)>,
+    ) -> Self {
         Shape {
             capacity: capacity.clone(),
             classes: classes.collect(),
@@ -68,7 +85,7 @@ impl Shape {
         let classes = a.devices.iter();
         Shape::of(
             &a.capacity,
-            classes.map(|d| (d.kind.clone(), d.model.clone(), d.memory)),
+            classes.map(|d| (d.kind.clone(), d.model.clone(), d.memory, 1)),
         )
     }
 
@@ -76,7 +93,7 @@ impl Shape {
         let classes = t.devices.iter();
         Shape::of(
             &t.slots,
-            classes.map(|d| (d.kind.clone(), d.model.clone(), d.memory)),
+            classes.map(|d| (d.kind.clone(), d.model.clone(), d.memory, d.count)),
         )
     }
 
@@ -85,12 +102,12 @@ impl Shape {
     fn is<'a>(
         &self,
         capacity: &Slots,
-        classes: impl ExactSizeIterator<Item = (&'a SlotName, &'a str, Quantity)>,
+        classes: impl ExactSizeIterator<Item = (&'a SlotName, &'a str, Quantity, u32)>,
     ) -> bool {
         self.capacity == *capacity
             && self.classes.len() == classes.len()
-            && (self.classes.iter().zip(classes)).all(|((kind, model, memory), c)| {
-                kind == c.0 && *memory == c.2 && same_text(model, c.1)
+            && (self.classes.iter().zip(classes)).all(|((kind, model, memory, count), c)| {
+                kind == c.0 && *memory == c.2 && *count == c.3 && same_text(model, c.1)
             })
     }
 
@@ -98,7 +115,7 @@ impl Shape {
         let classes = a.devices.iter();
         self.is(
             &a.capacity,
-            classes.map(|d| (&d.kind, d.model.as_str(), d.memory)),
+            classes.map(|d| (&d.kind, d.model.as_str(), d.memory, 1)),
         )
     }
 
@@ -106,7 +123,7 @@ impl Shape {
         let classes = t.devices.iter();
         self.is(
             &t.slots,
-            classes.map(|d| (&d.kind, d.model.as_str(), d.memory)),
+            classes.map(|d| (&d.kind, d.model.as_str(), d.memory, d.count)),
         )
     }
 }
@@ -131,7 +148,7 @@ impl Carry {
     ) -> Arc<DeviceLayout> {
         if let Some(kept) = &self.layout {
             let templates = &s.group.templates;
-            let (agents, rest) = kept.shapes.split_at(kept.shapes.len().min(s.agents.len()));
+            let (agents, rest) = kept.shapes.split_at(kept.agents);
             // An agent at its place of the last pass, not changed since, has the shape it had
             // then, which the kept layout was made of or checked against: only the others are
             // compared.
@@ -139,7 +156,8 @@ impl Carry {
                 i < self.ids.len() && !self.changed[i] && same_text(&self.ids[i].0, &a.id.0)
             };
             let same = kept.names == names
-                && kept.shapes.len() == s.agents.len() + templates.len()
+                && kept.agents == s.agents.len()
+                && rest.len() == templates.len()
                 && (agents.iter().zip(&s.agents).enumerate())
                     .all(|(i, (shape, a))| unchanged(i, a) || shape.is_of_agent(a))
                 && (rest.iter().zip(templates)).all(|(shape, t)| shape.is_of_template(t));
@@ -152,10 +170,19 @@ impl Carry {
         // move over, and a layout equal to the kept one stays the same shared copy.
         let made = make();
         let mut old = self.layout.take();
+        let same_layout = old.as_ref().is_some_and(|k| *k.layout == made);
         let layout = match &old {
-            Some(kept) if *kept.layout == made => kept.layout.clone(),
+            Some(kept) if same_layout => kept.layout.clone(),
             _ => Arc::new(made),
         };
+        // The templates' forms carry over when neither the layout nor the templates changed.
+        let kept_templates = old.as_mut().and_then(|k| {
+            let theirs = &k.shapes[k.agents..];
+            let same = same_layout
+                && theirs.len() == s.group.templates.len()
+                && (theirs.iter().zip(&s.group.templates)).all(|(t, u)| t.is_of_template(u));
+            k.templates.take().filter(|_| same)
+        });
         let mut cursor = 0;
         let mut shapes = Vec::with_capacity(s.agents.len() + s.group.templates.len());
         for a in &s.agents {
@@ -170,19 +197,24 @@ impl Carry {
         self.layout = Some(KeptLayout {
             layout: layout.clone(),
             names: names.to_vec(),
+            agents: s.agents.len(),
             shapes,
+            templates: kept_templates,
         });
         layout
     }
 
     /// Per agent of `agents`, in `index`: its ledger and free vector, as kept, or as `make`
-    /// makes them (and they are kept). Agents no longer there are let go.
-    pub(crate) fn dense(
+    /// makes them (and they are kept); agents no longer there are let go. And the templates'
+    /// ledgers and vectors, as kept with the layout `index` has, or as `make_templates` makes
+    /// them.
+    pub(crate) fn forms(
         &mut self,
         index: &SlotIndex,
         agents: &[Agent],
         make: impl Fn(&Agent) -> (Ledger, Vector),
-    ) -> (&[Ledger], &Rows) {
+        make_templates: impl Fn() -> (Vec<Ledger>, Vec<Vector>),
+    ) -> Forms<'_> {
         let width = index.len();
         if self.index != *index {
             self.ids.clear();
@@ -216,6 +248,26 @@ impl Carry {
                 }
             }
         }
-        (&self.ledgers, &self.free)
+        // A layout copied for a group of this pass's requests is not the kept one: its
+        // templates' forms are made for this pass alone.
+        let kept =
+            (self.layout.as_mut()).filter(|k| Arc::ptr_eq(&k.layout, index.shared_devices()));
+        let templates = match kept {
+            Some(kept) => {
+                let forms = kept.templates.get_or_insert_with(&make_templates);
+                debug_assert!(*forms == make_templates(), "kept template forms differ");
+                &*forms
+            }
+            None => {
+                self.fresh_templates = make_templates();
+                &self.fresh_templates
+            }
+        };
+        Forms {
+            agent_ledgers: &self.ledgers,
+            agent_free: &self.free,
+            template_ledgers: &templates.0,
+            templates: &templates.1,
+        }
     }
 }

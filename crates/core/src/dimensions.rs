@@ -21,9 +21,9 @@ pub struct Dimensions<'c> {
     /// Per agent: its free capacity now (an over-allocated agent has none of that slot).
     pub agent_free: Cow<'c, Rows>,
     /// Per template (as in `snapshot.group.templates`): a fresh instance's devices.
-    pub template_ledgers: Vec<Ledger>,
+    pub template_ledgers: Cow<'c, [Ledger]>,
     /// Per template: a fresh instance's capacity (made once: every step of a pass reads them).
-    pub templates: Vec<Vector>,
+    pub templates: Cow<'c, [Vector]>,
 }
 
 /// Dimensions being made: the named slots are fixed; the device groups grow as requests are
@@ -101,10 +101,29 @@ impl Builder {
             index.devices().write_free(&ledger, &mut free);
             (ledger, free)
         };
-        let (agent_ledgers, agent_free) = match carry {
+        let made_templates = || {
+            let ledgers: Vec<Ledger> = (s.group.templates.iter())
+                .map(|t| index.devices().template_ledger(t))
+                .collect();
+            let vectors = (s.group.templates.iter().zip(&ledgers))
+                .map(|(t, ledger)| {
+                    let mut v = index.vector(&t.slots);
+                    index.devices().write_free(ledger, &mut v);
+                    v
+                })
+                .collect();
+            (ledgers, vectors)
+        };
+        match carry {
             Some(carry) => {
-                let (ledgers, free) = carry.dense(&index, &s.agents, made);
-                (Cow::Borrowed(ledgers), Cow::Borrowed(free))
+                let forms = carry.forms(&index, &s.agents, made, made_templates);
+                Dimensions {
+                    agent_ledgers: Cow::Borrowed(forms.agent_ledgers),
+                    agent_free: Cow::Borrowed(forms.agent_free),
+                    template_ledgers: Cow::Borrowed(forms.template_ledgers),
+                    templates: Cow::Borrowed(forms.templates),
+                    index,
+                }
             }
             None => {
                 let mut ledgers = Vec::with_capacity(s.agents.len());
@@ -113,28 +132,15 @@ impl Builder {
                     ledgers.push(ledger);
                     free.push(&v);
                 }
-                (Cow::Owned(ledgers), Cow::Owned(free))
+                let (template_ledgers, templates) = made_templates();
+                Dimensions {
+                    agent_ledgers: Cow::Owned(ledgers),
+                    agent_free: Cow::Owned(free),
+                    template_ledgers: Cow::Owned(template_ledgers),
+                    templates: Cow::Owned(templates),
+                    index,
+                }
             }
-        };
-        let template_ledgers: Vec<Ledger> = s
-            .group
-            .templates
-            .iter()
-            .map(|t| index.devices().template_ledger(t))
-            .collect();
-        let templates = (s.group.templates.iter().zip(&template_ledgers))
-            .map(|(t, ledger)| {
-                let mut v = index.vector(&t.slots);
-                index.devices().write_free(ledger, &mut v);
-                v
-            })
-            .collect();
-        Dimensions {
-            index,
-            agent_ledgers,
-            agent_free,
-            template_ledgers,
-            templates,
         }
     }
 }
