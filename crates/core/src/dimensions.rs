@@ -12,7 +12,8 @@ use crate::model::{Agent, AgentState, PolicyKind};
 use crate::slots::{SlotName, Slots};
 use crate::snapshot::Snapshot;
 
-/// One snapshot's vectors and ledgers (the agents' borrowed from a [`Carry`] that keeps them).
+/// One snapshot's vectors and ledgers (the agents' and templates' borrowed from a [`Carry`]
+/// that keeps them).
 #[derive(Debug, Clone)]
 pub struct Dimensions<'c> {
     pub index: SlotIndex,
@@ -90,8 +91,9 @@ impl Builder {
         }
     }
 
-    /// The dimensions, with every agent's ledger and free vector: taken from `carry` for the
-    /// agents it kept in these dimensions, made (and kept there) for the others.
+    /// The dimensions, with every agent's ledger and free vector and every template's ledger and
+    /// vector: taken from `carry` where it kept them in these dimensions, made (and kept there)
+    /// for the others.
     pub fn finish<'c>(self, s: &Snapshot, carry: Option<&'c mut Carry>) -> Dimensions<'c> {
         let index = self.names.with_devices(self.layout);
         let made = |a: &Agent| {

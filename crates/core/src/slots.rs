@@ -77,8 +77,8 @@ pub(crate) fn same_text(a: &str, b: &str) -> bool {
         && (std::ptr::eq(a.as_ptr(), b.as_ptr()) || a.bytes().zip(b.bytes()).all(|(x, y)| x == y))
 }
 
-/// A short text (an owner) as a key that compares, orders and hashes as its `str`, its bytes
-/// compared in line: a pass looks owners up by their names hundreds of times.
+/// A short text (an owner) as a key that compares and orders as its `str`, its bytes compared in
+/// line: a pass looks owners up by their names hundreds of times.
 #[derive(Debug, Clone, Copy)]
 pub struct Key<'a>(pub &'a str);
 
@@ -103,12 +103,6 @@ impl Ord for Key<'_> {
 impl PartialOrd for Key<'_> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
-    }
-}
-
-impl std::hash::Hash for Key<'_> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.0.hash(state)
     }
 }
 

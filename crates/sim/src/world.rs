@@ -69,6 +69,9 @@ pub(crate) struct World<'a> {
     backlog: Vec<Session>,
     /// Under DRF, a session ended since the last pass (its place in the snapshot is let go).
     ended_since_pass: bool,
+    /// Per job of the trace: where its session was in the snapshot when a pass's decisions
+    /// were last applied (see `apply`).
+    place_of_job: Vec<usize>,
     pub sessions: Vec<SessionRecord>,
     pub nodes: Vec<NodeRecord>,
     instances: BTreeMap<u64, Instance>,
@@ -108,6 +111,7 @@ impl<'a> World<'a> {
             pending: 0,
             backlog: Vec::new(),
             ended_since_pass: false,
+            place_of_job: vec![0; jobs.len()],
             sessions: jobs
                 .iter()
                 .map(|j| SessionRecord {
@@ -398,14 +402,18 @@ impl<'a> World<'a> {
         let (reject_at, place_at) = if d.rejections.is_empty() && d.placements.is_empty() {
             (Vec::new(), Vec::new())
         } else {
-            let by_id: BTreeMap<&SessionId, usize> = self
-                .snapshot
-                .sessions
-                .iter()
-                .enumerate()
-                .map(|(i, s)| (&s.id, i))
-                .collect();
-            let position = |id: &SessionId| by_id.get(id).copied().ok_or_else(|| unknown(id));
+            // Each session's place in the pass, by its trace index (what its id names): written
+            // for the sessions of this pass, and checked against the id on reading.
+            let sessions = &self.snapshot.sessions;
+            for (i, s) in sessions.iter().enumerate() {
+                self.place_of_job[job_of(&s.id)] = i;
+            }
+            let places = &self.place_of_job;
+            let position = |id: &SessionId| {
+                let at = places.get(job_of(id)).copied();
+                (at.filter(|&i| sessions.get(i).is_some_and(|s| s.id == *id)))
+                    .ok_or_else(|| unknown(id))
+            };
             let reject_at: Vec<usize> =
                 (d.rejections.iter().map(|r| position(&r.session))).collect::<Result<_, _>>()?;
             let place_at: Vec<usize> =
