@@ -7,6 +7,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use crate::dense::{self, fits, Rows, Vector};
@@ -274,10 +276,8 @@ impl FreeIndex {
             let agent = self.open.iter().position(|&o| o)?;
             return Some((agent, Cursor::default()));
         };
-        if self.free.len() < self.walk_below {
-            return self.walk(key, need, placement, resume);
-        }
-        if self.by_slot[key].is_none() {
+        // Small groups are walked whole: no ordered set is made for them.
+        if self.free.len() >= self.walk_below && self.by_slot[key].is_none() {
             let tree = (0..self.free.len())
                 .filter(|&i| self.open[i])
                 .map(|i| (self.free[i][key], i as u32))
@@ -285,13 +285,32 @@ impl FreeIndex {
             self.by_slot[key] = Some(tree);
         }
         let this = &*self;
-        let tree = this.by_slot[key].as_ref().expect("made above");
         let from = (need[key], 0u32);
         let exact = this.exact(need);
-        let fitting = |&&(_, i): &&(u64, u32)| this.holds(i as usize, need, exact);
+        // The first (or, with `last`, the last) open agent that fits, in the key slot's order
+        // (free amount, then index) within `range`: from the slot's ordered set, or, without
+        // one, by walking every agent.
+        let first = |range: (Bound<Place>, Bound<Place>), last: bool| {
+            let fitting = |&(_, i): &Place| this.holds(i as usize, need, exact);
+            match &this.by_slot[key] {
+                Some(tree) if last => tree.range(range).rev().copied().find(fitting),
+                Some(tree) => tree.range(range).copied().find(fitting),
+                None => {
+                    let mut found: Option<Place> = None;
+                    for i in 0..this.free.len() {
+                        let p = (this.free[i][key], i as u32);
+                        let better = found.is_none_or(|f| if last { p > f } else { p < f });
+                        if better && range.contains(&p) && this.open[i] && fitting(&p) {
+                            found = Some(p);
+                        }
+                    }
+                    found
+                }
+            }
+        };
         let found = match (placement, resume) {
             // Best fit on the scarcest slot of the request: fill the fullest agent first.
-            (PlacementStrategy::Binpack, None) => tree.range(from..).find(fitting),
+            (PlacementStrategy::Binpack, None) => first((Included(from), Unbounded), false),
             (PlacementStrategy::Binpack, Some(c)) => {
                 let last = c.agent as usize;
                 if this.open[last] && this.holds(last, need, exact) {
@@ -299,67 +318,16 @@ impl FreeIndex {
                 }
                 let start = c.position.max(from);
                 // Agents that shrank from above the cursor to below it were not walked yet.
-                tree.range(start..)
-                    .find(fitting)
-                    .or_else(|| tree.range(from..start).find(fitting))
+                first((Included(start), Unbounded), false)
+                    .or_else(|| first((Included(from), Excluded(start)), false))
             }
             // Most free of that slot: spread the load. Agents above the cursor were walked
             // past, and agents never grow, so the walk goes on from the cursor down.
-            (PlacementStrategy::Spread, None) => tree.range(from..).rev().find(fitting),
+            (PlacementStrategy::Spread, None) => first((Included(from), Unbounded), true),
             (PlacementStrategy::Spread, Some(c)) if c.position < from => None,
             (PlacementStrategy::Spread, Some(c)) => {
-                tree.range(from..=c.position).rev().find(fitting)
+                first((Included(from), Included(c.position)), true)
             }
-        };
-        found.map(|&(k, i)| {
-            (
-                i as usize,
-                Cursor {
-                    position: (k, i),
-                    agent: i,
-                },
-            )
-        })
-    }
-
-    /// [`FreeIndex::search`] by walking every agent: the same agent, in the same order of the
-    /// key slot (its free amount, then its index) as the ordered set's walk.
-    fn walk(
-        &self,
-        key: usize,
-        need: &[u64],
-        placement: PlacementStrategy,
-        resume: Option<Cursor>,
-    ) -> Option<(usize, Cursor)> {
-        let exact = self.exact(need);
-        let from = (need[key], 0u32);
-        let at = |i: usize| (self.free[i][key], i as u32);
-        // The first (or, with `last`, the last) agent in the order that fits, among those at
-        // places `within` allows.
-        let first = |within: &dyn Fn((u64, u32)) -> bool, last: bool| {
-            let mut found: Option<(u64, u32)> = None;
-            for i in 0..self.free.len() {
-                let p = at(i);
-                let better = found.is_none_or(|f| if last { p > f } else { p < f });
-                if better && within(p) && self.open[i] && self.holds(i, need, exact) {
-                    found = Some(p);
-                }
-            }
-            found
-        };
-        let found = match (placement, resume) {
-            (PlacementStrategy::Binpack, None) => first(&|p| p >= from, false),
-            (PlacementStrategy::Binpack, Some(c)) => {
-                let last = c.agent as usize;
-                if self.open[last] && self.holds(last, need, exact) {
-                    return Some((last, c));
-                }
-                let start = c.position.max(from);
-                first(&|p| p >= start, false).or_else(|| first(&|p| p >= from && p < start, false))
-            }
-            (PlacementStrategy::Spread, None) => first(&|p| p >= from, true),
-            (PlacementStrategy::Spread, Some(c)) if c.position < from => None,
-            (PlacementStrategy::Spread, Some(c)) => first(&|p| p >= from && p <= c.position, true),
         };
         found.map(|(k, i)| {
             (
@@ -419,6 +387,9 @@ impl FreeIndex {
         best.map(|(d, _)| d)
     }
 }
+
+/// An agent's place in a key slot's order: its free amount of the slot, then its index.
+type Place = (u64, u32);
 
 /// Where a class's last search found its agent: the agent, and its place in the key slot's order.
 #[derive(Debug, Clone, Copy, Default)]
