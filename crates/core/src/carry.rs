@@ -217,8 +217,32 @@ impl Carry {
     ) -> Forms<'_> {
         let width = index.len();
         if self.index != *index {
+            // Nothing kept is in these dimensions.
             self.ids.clear();
+            self.changed.clear();
+            self.ledgers.clear();
+            self.free = Rows::with_capacity(width, 0);
             self.index = index.clone();
+        }
+        let same_agents = self.ids.len() == agents.len()
+            && (self.ids.iter().zip(agents)).all(|(id, a)| same_text(&id.0, &a.id.0));
+        if same_agents {
+            // The agents of the last pass, in its order (no agent came or went): the changed
+            // ones are made again in place.
+            for (i, agent) in agents.iter().enumerate() {
+                if std::mem::take(&mut self.changed[i]) {
+                    let (ledger, vector) = make(agent);
+                    self.ledgers[i] = ledger;
+                    self.free[i].copy_from_slice(&vector);
+                } else {
+                    debug_assert!(
+                        make(agent) == (self.ledgers[i].clone(), Vector::from(&self.free[i])),
+                        "agent {} changed since the last pass and the carry was not told",
+                        agent.id
+                    );
+                }
+            }
+            return self.forms_with_templates(index, make_templates);
         }
         let mut ids = std::mem::replace(&mut self.ids, Vec::with_capacity(agents.len()));
         let changed = std::mem::replace(&mut self.changed, vec![false; agents.len()]);
@@ -248,6 +272,16 @@ impl Carry {
                 }
             }
         }
+        self.forms_with_templates(index, make_templates)
+    }
+
+    /// The agents' forms as kept, and the templates' forms: kept with the layout `index` has,
+    /// or made by `make_templates`.
+    fn forms_with_templates(
+        &mut self,
+        index: &SlotIndex,
+        make_templates: impl Fn() -> (Vec<Ledger>, Vec<Vector>),
+    ) -> Forms<'_> {
         // A layout copied for a group of this pass's requests is not the kept one: its
         // templates' forms are made for this pass alone.
         let kept =

@@ -263,40 +263,58 @@ fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[&[u64]
 }
 
 /// What step 2 leaves to step 3: the trial placement and the scaling plan made on it.
-struct Scaled {
+struct Scaled<'p> {
     /// Per agent: takes sessions before this pass's scaling decisions.
     open: Vec<bool>,
     /// Per admitted session: where the trial placed it, and on which devices.
     trial: Placed,
     /// Admitted sessions the trial found no room for, in queue order.
     unmet: Vec<usize>,
-    /// Per agent: free capacity and devices once the trial placed the queue.
-    trial_free: Rows,
-    trial_ledgers: Vec<Ledger>,
+    /// Per agent: free capacity and devices once the trial placed the queue (the pass's own,
+    /// borrowed, when there is no queue to place).
+    trial_free: Cow<'p, Rows>,
+    trial_ledgers: Cow<'p, [Ledger]>,
     plan: ScalePlan,
 }
 
 /// Step 2: places the queue on the agents that take sessions now, without holding the queue
 /// behind a blocked session, and has the group's policy plan launches, unmarks, marks and
 /// terminations against what that leaves unmet.
-fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) -> Scaled {
+fn scale<'p>(s: &Snapshot, pass: &'p Pass, queue: &Queue, decisions: &mut Decisions) -> Scaled<'p> {
     let index = pass.index();
-    let free = pass.dims.agent_free.clone().into_owned();
     let open: Vec<bool> = s
         .agents
         .iter()
         .map(|a| a.state == AgentState::Alive)
         .collect();
-    let mut placing = FreeIndex::new(index.len(), free, open.clone())
-        .with_devices(index.shared_devices(), pass.dims.agent_ledgers.to_vec());
-    let trial = schedule::place(
-        &s.group.scheduler,
-        &queue.requests,
-        &queue.order,
-        pass.class_needs.len(),
-        &mut placing,
-        false,
-    );
+    // Most passes with no queue: nothing to place, so nothing of the agents to copy.
+    let (trial, trial_free, trial_ledgers) = if queue.requests.is_empty() {
+        let (free, ledgers) = (&pass.dims.agent_free, &pass.dims.agent_ledgers);
+        let ledgers = if index.devices().dims() > 0 {
+            &ledgers[..]
+        } else {
+            &[]
+        };
+        (
+            Placed::default(),
+            Cow::Borrowed(&**free),
+            Cow::Borrowed(ledgers),
+        )
+    } else {
+        let free = pass.dims.agent_free.clone().into_owned();
+        let mut placing = FreeIndex::new(index.len(), free, open.clone())
+            .with_devices(index.shared_devices(), pass.dims.agent_ledgers.to_vec());
+        let trial = schedule::place(
+            &s.group.scheduler,
+            &queue.requests,
+            &queue.order,
+            pass.class_needs.len(),
+            &mut placing,
+            false,
+        );
+        let (free, ledgers) = placing.into_parts();
+        (trial, Cow::Owned(free), Cow::Owned(ledgers))
+    };
     let config = &s.group.scheduler;
     // Agents the queue will really use: nothing behind a blocked session that holds the queue
     // is placed, so what the trial put there keeps no agent from scale-in (else an idle agent
@@ -327,7 +345,6 @@ fn scale(s: &Snapshot, pass: &Pass, queue: &Queue, decisions: &mut Decisions) ->
         .iter()
         .map(|&k| queue.sessions[k].submitted_at)
         .collect();
-    let (trial_free, trial_ledgers) = placing.into_parts();
     let plan = policy_for(s.group.policy.kind).plan(&ScaleInput {
         snapshot: s,
         index,
@@ -380,17 +397,16 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
         mut open,
         trial,
         unmet,
-        trial_free: mut free,
-        trial_ledgers: mut ledgers,
+        trial_free: free,
+        trial_ledgers: ledgers,
         plan,
     } = scaled;
     let config = &s.group.scheduler;
-    // When nothing was unmarked and no blocked session holds the queue, the trial placement is
-    // the answer: agents marked now received nothing in it, so closing them changes no choice.
-    let trial_stands = plan.unmarks.is_empty()
-        && unmet
-            .iter()
-            .all(|&k| !config.holds_queue(queue.requests[k].blocked_passes));
+    // With no queue, or when nothing was unmarked and no blocked session holds the queue, the
+    // trial placement is the answer: agents marked now received nothing in it, so closing them changes no choice.
+    let trial_stands = queue.requests.is_empty()
+        || (plan.unmarks.is_empty()
+            && (unmet.iter()).all(|&k| !config.holds_queue(queue.requests[k].blocked_passes)));
     let placed = if trial_stands {
         trial
     } else {
@@ -402,6 +418,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
         }
         // Back to the free capacity before the trial: only the agents it placed on changed,
         // each made again once however many sessions it took.
+        let (mut free, mut ledgers) = (free.into_owned(), ledgers.into_owned());
         let mut reset = vec![false; free.len()];
         for outcome in &trial.outcomes {
             if let Outcome::Placed { agent } = *outcome {

@@ -8,7 +8,7 @@ use crate::ledger::Ledger;
 use crate::model::{Agent, AgentState, PlacementStrategy, PolicyKind, Timestamp};
 use crate::planner::{self, DemandClass, Offer, Pack};
 use crate::schedule::FreeIndex;
-use crate::slots::Key;
+use crate::slots::{same_text, Key};
 use crate::snapshot::Snapshot;
 
 /// What the policy sees: the snapshot, and the pass's trial placement of admitted sessions on the
@@ -523,12 +523,10 @@ fn launch_budget(
 /// instances, within its launch limit.
 fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
     let s = input.snapshot;
-    // Agents per template, in one walk: each agent's template looked up by name.
-    let mut by_name: Vec<(Key, usize)> = (s.group.templates.iter().enumerate())
-        .map(|(t, tpl)| (Key(&tpl.name), t))
-        .collect();
-    by_name.sort_unstable();
-    let mut agents = vec![0usize; s.group.templates.len()];
+    // Agents per template, in one walk: each agent's template looked up by name among the
+    // few templates (unique names, the group's validation), lengths first.
+    let templates = &s.group.templates;
+    let mut agents = vec![0usize; templates.len()];
     for a in s
         .agents
         .iter()
@@ -537,9 +535,8 @@ fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
         let Some(name) = a.template.as_deref() else {
             continue;
         };
-        // Template names are unique (the group's validation): a name is found once.
-        if let Ok(i) = by_name.binary_search_by(|(n, _)| n.cmp(&Key(name))) {
-            agents[by_name[i].1] += 1;
+        if let Some(t) = templates.iter().position(|t| same_text(&t.name, name)) {
+            agents[t] += 1;
         }
     }
     s.group

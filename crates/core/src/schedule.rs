@@ -421,7 +421,7 @@ pub struct Request<'a> {
 }
 
 /// What [`place`] decided, per request (indexed like `requests`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placed {
     pub outcomes: Vec<Outcome>,
     /// The devices each placed request takes on its agent (none for the others).

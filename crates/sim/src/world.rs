@@ -350,16 +350,17 @@ impl<'a> World<'a> {
             self.refill_from_backlog();
         }
         let decisions = corral_core::cycle_carrying(&self.snapshot, &mut self.carry);
-        let applied = self.apply(&decisions, clock);
+        self.apply(&decisions, clock)?;
         // Placed sessions stay under DRF (they hold capacity); decided ones leave.
         let drf = self.drf();
-        self.snapshot.sessions.retain(|s| {
-            s.state == SessionState::Pending || (drf && s.state == SessionState::Running)
-        });
-        self.pending = (self.snapshot.sessions.iter())
-            .filter(|s| s.state == SessionState::Pending)
-            .count();
-        applied
+        if !decisions.rejections.is_empty() || (!drf && !decisions.placements.is_empty()) {
+            self.snapshot.sessions.retain(|s| {
+                s.state == SessionState::Pending || (drf && s.state == SessionState::Running)
+            });
+        }
+        // Every decided session was pending.
+        self.pending -= decisions.rejections.len() + decisions.placements.len();
+        Ok(())
     }
 
     /// The head of the whole queue in the sequencer's order, up to `MAX_PENDING_PER_PASS`, into
