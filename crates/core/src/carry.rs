@@ -3,7 +3,12 @@
 //! classes give, kept while they stay the same. The simulator changes its agents itself,
 //! so it knows; a pass then remakes the ledgers and free vectors of those agents alone. The
 //! manager reads a fresh snapshot each pass and keeps nothing.
+//!
+//! Under fair share, what each owner holds is kept too, once a pass has summed it, and kept up
+//! to date by a caller that says which sessions were placed and which ended: a pass then reads
+//! a sum per owner instead of every running session.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::dense::{Rows, SlotIndex, Vector};
@@ -27,6 +32,27 @@ pub struct Carry {
     layout: Option<KeptLayout>,
     /// The templates' forms of a pass whose layout is not the kept one.
     fresh_templates: (Vec<Ledger>, Vec<Vector>),
+    /// Per owner with sessions holding capacity: their required shares summed. Kept once a
+    /// pass has read it (none before, and none while a pass reads it).
+    held: Option<Held>,
+}
+
+/// Per owner: the required shares of its sessions that hold capacity, summed (owners holding
+/// nothing left out).
+pub(crate) type Held = BTreeMap<String, Slots>;
+
+/// What the sessions of `s` that hold capacity hold, per owner; none when a sum overflows (a
+/// pass then reads the sessions one by one).
+pub(crate) fn held_of(s: &Snapshot) -> Option<Held> {
+    let mut held = Held::new();
+    for x in s.sessions.iter().filter(|x| x.state.holds_capacity()) {
+        let shares = s.required_shares_of(x);
+        match held.get_mut(&x.owner) {
+            Some(sum) => *sum = sum.checked_add(&shares).ok()?,
+            None => _ = held.insert(x.owner.clone(), shares.into_owned()),
+        }
+    }
+    Some(held)
 }
 
 #[derive(Debug)]
@@ -129,6 +155,54 @@ impl Shape {
 }
 
 impl Carry {
+    /// A session of `owner` was placed and holds `shares`, its required shares (the request,
+    /// raised by its image's minimum): what the owner holds, if kept, grows by them.
+    pub fn placed(&mut self, owner: &str, shares: &Slots) {
+        let Some(held) = &mut self.held else { return };
+        let sum = match held.get(owner) {
+            Some(sum) => sum.checked_add(shares),
+            None => Ok(shares.clone()),
+        };
+        match sum {
+            Ok(sum) => _ = held.insert(owner.to_string(), sum),
+            // Summed again from the sessions by the next pass that reads it.
+            Err(_) => self.held = None,
+        }
+    }
+
+    /// A session of `owner` that held `shares` ended: what the owner holds, if kept, shrinks
+    /// by them.
+    pub fn ended(&mut self, owner: &str, shares: &Slots) {
+        let Some(held) = &mut self.held else { return };
+        match held.get(owner).map(|sum| sum.checked_sub(shares)) {
+            Some(Ok(sum)) if sum.is_empty() => _ = held.remove(owner),
+            Some(Ok(sum)) => _ = held.insert(owner.to_string(), sum),
+            // More than it was told the owner holds: summed again by the next pass.
+            _ => self.held = None,
+        }
+    }
+
+    /// What the owners of `s` hold, for a pass to read: as kept, or summed from the sessions.
+    /// The pass gives it back with [`Carry::give_back_held`].
+    pub(crate) fn take_held(&mut self, s: &Snapshot) -> Option<Held> {
+        match self.held.take() {
+            Some(held) => {
+                // A caller that failed to say a session was placed or ended would get stale
+                // fair shares: the tests' builds check the kept sums against fresh ones.
+                debug_assert!(
+                    Some(&held) == held_of(s).as_ref(),
+                    "sessions were placed or ended and the carry was not told"
+                );
+                Some(held)
+            }
+            None => held_of(s),
+        }
+    }
+
+    pub(crate) fn give_back_held(&mut self, held: Held) {
+        self.held = Some(held);
+    }
+
     /// Agent `id`'s capacity, allocation or devices changed, or it left: what was kept of it is
     /// dropped, and the next pass makes it again.
     pub fn changed(&mut self, id: &AgentId) {

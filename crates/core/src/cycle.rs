@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use foldhash::fast::FixedState;
 
 use crate::admission;
-use crate::carry::Carry;
+use crate::carry::{Carry, Held};
 use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
     Waiting,
@@ -39,12 +39,21 @@ pub fn cycle_carrying(s: &Snapshot, carry: &mut Carry) -> Decisions {
     run(s, Some(carry))
 }
 
-fn run(s: &Snapshot, carry: Option<&mut Carry>) -> Decisions {
-    let pass = Pass::of(s, carry);
+fn run(s: &Snapshot, mut carry: Option<&mut Carry>) -> Decisions {
+    // Under fair share, what owners hold, as a carry keeps it (lent to the pass).
+    let held = match carry.as_deref_mut() {
+        Some(carry) if s.group.scheduler.sequencer == Sequencer::Drf => carry.take_held(s),
+        _ => None,
+    };
+    let pass = Pass::of(s, carry.as_deref_mut(), held.as_ref());
     let mut decisions = Decisions::default();
     let queue = admit(s, &pass, &mut decisions);
     let scaled = scale(s, &pass, &queue, &mut decisions);
     schedule(s, &pass, &queue, scaled, &mut decisions);
+    drop(pass);
+    if let (Some(carry), Some(held)) = (carry, held) {
+        carry.give_back_held(held);
+    }
     decisions
 }
 
@@ -54,8 +63,9 @@ struct Pass<'a> {
     pending: Vec<&'a Session>,
     /// Per pending session: its required shares.
     required: Vec<Cow<'a, Slots>>,
-    /// Under fair share, with a queue: sessions holding capacity, with their required shares.
-    holding: Vec<(&'a Session, Cow<'a, Slots>)>,
+    /// Under fair share, with a queue: what owners hold, by owner, one entry per session that
+    /// holds capacity (its required shares) or, from a carry, per owner (their sum).
+    holding: Vec<(&'a str, Cow<'a, Slots>)>,
     dims: Dimensions<'a>,
     /// Per pending session: its class (identical needs), or why what it asks of devices is
     /// not a valid request.
@@ -65,7 +75,7 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn of(s: &'a Snapshot, mut carry: Option<&'a mut Carry>) -> Self {
+    fn of(s: &'a Snapshot, mut carry: Option<&'a mut Carry>, held: Option<&'a Held>) -> Self {
         // Sized for every session: collected from a filter, they would grow step by step.
         let mut pending: Vec<&Session> = Vec::with_capacity(s.sessions.len());
         pending.extend(
@@ -74,14 +84,20 @@ impl<'a> Pass<'a> {
                 .filter(|x| x.state == SessionState::Pending),
         );
         // Only fair share orders the queue by what owners hold: no queue, nothing to weigh.
-        let mut holding: Vec<(&Session, Cow<Slots>)> = Vec::new();
+        let mut holding: Vec<(&str, Cow<Slots>)> = Vec::new();
         if s.group.scheduler.sequencer == Sequencer::Drf && !pending.is_empty() {
-            holding.reserve_exact(s.sessions.len() - pending.len());
-            holding.extend(
-                (s.sessions.iter())
-                    .filter(|x| x.state.holds_capacity())
-                    .map(|x| (x, s.required_shares_of(x))),
-            );
+            match held {
+                Some(held) => holding
+                    .extend((held.iter()).map(|(owner, sum)| (owner.as_str(), Cow::Borrowed(sum)))),
+                None => {
+                    holding.reserve_exact(s.sessions.len() - pending.len());
+                    holding.extend(
+                        (s.sessions.iter())
+                            .filter(|x| x.state.holds_capacity())
+                            .map(|x| (x.owner.as_str(), s.required_shares_of(x))),
+                    );
+                }
+            }
         }
         let required: Vec<Cow<Slots>> = pending.iter().map(|p| s.required_shares_of(p)).collect();
         let mut dims = dimensions::Builder::new(
@@ -245,8 +261,8 @@ fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[&[u64]
                 .entry(Key(&x.owner))
                 .or_insert_with(|| vec![0; named].into_boxed_slice());
         }
-        for (x, r) in &pass.holding {
-            if let Some(u) = usage.get_mut(&Key(&x.owner)) {
+        for (owner, r) in &pass.holding {
+            if let Some(u) = usage.get_mut(&Key(owner)) {
                 index.add(u, r);
             }
         }

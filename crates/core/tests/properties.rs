@@ -211,6 +211,21 @@ proptest! {
                 carry.changed(&a.id);
             }
         }
+        // And each session that holds capacity in one snapshot and not, or not the same, in
+        // the other: ended, or placed.
+        let holding = |s: &Snapshot| -> Vec<(String, String, Slots)> {
+            (s.sessions.iter())
+                .filter(|x| x.state.holds_capacity())
+                .map(|x| (x.id.0.clone(), x.owner.clone(), s.required_shares_of(x).into_owned()))
+                .collect()
+        };
+        let (before, after) = (holding(&first), holding(&second));
+        for x in before.iter().filter(|x| !after.contains(x)) {
+            carry.ended(&x.1, &x.2);
+        }
+        for x in after.iter().filter(|x| !before.contains(x)) {
+            carry.placed(&x.1, &x.2);
+        }
         prop_assert_eq!(cycle_carrying(&second, &mut carry), cycle(&second));
     }
 }

@@ -79,8 +79,9 @@ pub(crate) struct World<'a> {
     /// The device kinds agents count one by one (`gpu`, and those templates list).
     device_kinds: Vec<SlotName>,
     governor: Governor,
-    /// What the last pass made of each agent in dense form: told of every agent whose
-    /// allocation changes or that leaves, so that the next pass remakes only those.
+    /// What the last pass made of each agent in dense form, and what each owner holds: told of
+    /// every agent whose allocation changes or that leaves, so that the next pass remakes only
+    /// those, and of every session placed or ended.
     carry: Carry,
     rng: corral_core::workload::Rng,
     pub running: usize,
@@ -278,6 +279,7 @@ impl<'a> World<'a> {
                 let devices = std::mem::take(&mut record.devices);
                 let id = self.nodes[node].id.clone();
                 self.carry.changed(&id);
+                self.carry.ended(&self.jobs[j].owner, &slots);
                 let agent = self.agent_mut(&id)?;
                 agent.allocated = agent.allocated.checked_sub(&slots).map_err(|e| {
                     SimError::Engine(format!("agent {id} frees more than it holds: {e}"))
@@ -436,6 +438,8 @@ impl<'a> World<'a> {
         }
         for (p, at) in d.placements.iter().zip(place_at) {
             self.carry.changed(&p.agent);
+            self.carry
+                .placed(&self.snapshot.sessions[at].owner, &p.slots);
             let agent = self.agent_mut(&p.agent)?;
             let allocated = agent.allocated.checked_add(&p.slots).ok();
             match allocated {
