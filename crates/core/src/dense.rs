@@ -25,41 +25,11 @@ pub struct SlotIndex {
 impl SlotIndex {
     /// The union of the names of all the given sets.
     pub fn of<'a>(sets: impl IntoIterator<Item = &'a Slots>) -> Self {
-        // A pass sees the same few names hundreds of thousands of times, nearly always the same
-        // shared copies (`SlotName::new` shares the common ones): a look among the few seen so
-        // far, by pointer first, costs less than sorting them all.
-        let mut names: Vec<&SlotName> = Vec::new();
-        // Past a few names (a queue of odd requests), a look-up by order instead.
-        let mut many: BTreeSet<&SlotName> = BTreeSet::new();
-        let mut previous: Option<&Slots> = None;
+        let mut names = NamesSeen::default();
         for set in sets {
-            // Sets come in runs of the same names (agents alike, sessions alike): one test a
-            // name skips a set already seen.
-            if previous.is_some_and(|p| p.len() == set.len() && p.names().eq(set.names())) {
-                continue;
-            }
-            for name in set.names() {
-                let seen = if names.len() <= FEW_NAMES {
-                    names.iter().any(|n| n.is(name)) || names.contains(&name)
-                } else {
-                    many.contains(name)
-                };
-                if !seen {
-                    names.push(name);
-                    match names.len() {
-                        n if n == FEW_NAMES + 1 => many.extend(names.iter().copied()),
-                        n if n > FEW_NAMES + 1 => _ = many.insert(name),
-                        _ => {}
-                    }
-                }
-            }
-            previous = Some(set);
+            names.add(set);
         }
-        names.sort_unstable();
-        SlotIndex {
-            names: names.into_iter().cloned().collect(),
-            devices: Arc::default(),
-        }
+        names.index()
     }
 
     /// With the devices' dimensions after the names: `devices` must start at `self.names().len()`.
@@ -143,6 +113,56 @@ impl SlotIndex {
             .cloned()
             .zip(v.iter().map(|&m| Quantity::from_milli(m)));
         Slots::from_pairs(pairs).expect("names of an index are distinct")
+    }
+}
+
+/// The names of sets seen so far, for a [`SlotIndex`]: a pass sees the same few names hundreds
+/// of thousands of times, nearly always the same shared copies (`SlotName::new` shares the
+/// common ones), so a look among the few seen so far, by pointer first, costs less than sorting
+/// them all. A pass adds its sets source by source (a chain of iterators over them cost more
+/// than the look-ups).
+#[derive(Default)]
+pub struct NamesSeen<'a> {
+    names: Vec<&'a SlotName>,
+    /// Past a few names (a queue of odd requests), a look-up by order instead.
+    many: BTreeSet<&'a SlotName>,
+    previous: Option<&'a Slots>,
+}
+
+impl<'a> NamesSeen<'a> {
+    // In line in each source's loop: a call per set cost more than its look-ups.
+    #[inline(always)]
+    pub fn add(&mut self, set: &'a Slots) {
+        // Sets come in runs of the same names (agents alike, sessions alike): one test a name
+        // skips a set already seen.
+        if (self.previous).is_some_and(|p| p.len() == set.len() && p.names().eq(set.names())) {
+            return;
+        }
+        for name in set.names() {
+            let seen = if self.names.len() <= FEW_NAMES {
+                self.names.iter().any(|n| n.is(name)) || self.names.contains(&name)
+            } else {
+                self.many.contains(name)
+            };
+            if !seen {
+                self.names.push(name);
+                match self.names.len() {
+                    n if n == FEW_NAMES + 1 => self.many.extend(self.names.iter().copied()),
+                    n if n > FEW_NAMES + 1 => _ = self.many.insert(name),
+                    _ => {}
+                }
+            }
+        }
+        self.previous = Some(set);
+    }
+
+    /// The index of the names seen, sorted, with no device dimensions.
+    pub fn index(mut self) -> SlotIndex {
+        self.names.sort_unstable();
+        SlotIndex {
+            names: self.names.into_iter().cloned().collect(),
+            devices: Arc::default(),
+        }
     }
 }
 

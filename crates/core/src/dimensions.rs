@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::carry::Carry;
-use crate::dense::{Rows, SlotIndex, Vector};
+use crate::dense::{NamesSeen, Rows, SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceError, GPU};
 use crate::ledger::{DeviceLayout, DeviceNeed, Ledger};
 use crate::model::{Agent, AgentState, PolicyKind};
@@ -46,13 +46,21 @@ impl Builder {
         carry: Option<&mut Carry>,
     ) -> Self {
         // Capacities, then allocations: sets of the same names come in longer runs so.
-        let names = SlotIndex::of(
-            (s.agents.iter().map(|a| &a.capacity))
-                .chain(s.agents.iter().map(|a| &a.allocated))
-                .chain(s.group.templates.iter().map(|t| &t.slots))
-                .chain(sets)
-                .chain([&s.group.policy.headroom]),
-        );
+        let mut seen = NamesSeen::default();
+        for a in &s.agents {
+            seen.add(&a.capacity);
+        }
+        for a in &s.agents {
+            seen.add(&a.allocated);
+        }
+        for t in &s.group.templates {
+            seen.add(&t.slots);
+        }
+        for set in sets {
+            seen.add(set);
+        }
+        seen.add(&s.group.policy.headroom);
+        let names = seen.index();
         let make = || {
             DeviceLayout::of(
                 device_kinds(s, &names),
