@@ -170,12 +170,12 @@ impl Carry {
     /// raised by its image's minimum): what the owner holds, if kept, grows by them.
     pub fn placed(&mut self, owner: &str, shares: &Slots) {
         let Some(held) = &mut self.held else { return };
-        let sum = match held.get(owner) {
-            Some(sum) => sum.checked_add(shares),
-            None => Ok(shares.clone()),
+        let Some(sum) = held.get_mut(owner) else {
+            held.insert(owner.to_string(), shares.clone());
+            return;
         };
-        match sum {
-            Ok(sum) => _ = held.insert(owner.to_string(), sum),
+        match sum.checked_add(shares) {
+            Ok(more) => *sum = more,
             // Summed again from the sessions by the next pass that reads it.
             Err(_) => self.held = None,
         }
@@ -185,9 +185,12 @@ impl Carry {
     /// by them.
     pub fn ended(&mut self, owner: &str, shares: &Slots) {
         let Some(held) = &mut self.held else { return };
-        match held.get(owner).map(|sum| sum.checked_sub(shares)) {
-            Some(Ok(sum)) if sum.is_empty() => _ = held.remove(owner),
-            Some(Ok(sum)) => _ = held.insert(owner.to_string(), sum),
+        match held
+            .get_mut(owner)
+            .map(|sum| (sum.checked_sub(shares), sum))
+        {
+            Some((Ok(less), _)) if less.is_empty() => _ = held.remove(owner),
+            Some((Ok(less), sum)) => *sum = less,
             // More than it was told the owner holds: summed again by the next pass.
             _ => self.held = None,
         }

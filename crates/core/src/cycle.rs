@@ -200,8 +200,8 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
     } else {
         admission::verdicts(s, &pass.dims, &pass.class_needs)
     };
-    let mut admitted: Vec<usize> = Vec::new();
-    let mut admitted_class: Vec<usize> = Vec::new();
+    let mut admitted: Vec<usize> = Vec::with_capacity(pass.pending.len());
+    let mut admitted_class: Vec<usize> = Vec::with_capacity(pass.pending.len());
     for (i, session) in pass.pending.iter().enumerate() {
         let verdict = match &pass.classes[i] {
             Ok(c) => verdicts[*c].as_ref().map(|()| *c),
@@ -462,6 +462,13 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
     for (k, w) in unmet.iter().zip(&plan.waits) {
         planned_wait[*k] = w.as_ref();
     }
+    let placed_count = (placed.outcomes.iter())
+        .filter(|o| matches!(o, Outcome::Placed { .. }))
+        .count();
+    decisions.placements.reserve_exact(placed_count);
+    decisions
+        .waiting
+        .reserve_exact(queue.order.len() - placed_count);
     for &k in &queue.order {
         let session = queue.sessions[k];
         match placed.outcomes[k] {

@@ -302,7 +302,7 @@ fn wait_for_in_flight(
     }
     let mut launching = FreeIndex::new(input.index.len(), bins, vec![true; bin_template.len()])
         .with_devices(input.index.shared_devices(), bin_ledgers);
-    let mut rest = Vec::new();
+    let mut rest = Vec::with_capacity(input.unmet.len());
     for (k, &(need, _)) in input.unmet.iter().enumerate() {
         match launching.find(need, PlacementStrategy::Binpack) {
             Some(b) => {

@@ -108,9 +108,11 @@ fn drf_order<N: AsRef<[u64]>>(
             .unwrap_or(Share::ZERO)
     };
     // Per owner: the next of its sessions to serve and the end of its run, and what it holds.
-    let mut runs: Vec<(usize, usize)> = Vec::new();
-    let mut used = Rows::with_capacity(total.len(), 0);
-    let mut heap = BinaryHeap::new();
+    // Sized for an owner per session, the most there can be: grown step by step, they cost
+    // more than the sort.
+    let mut runs: Vec<(usize, usize)> = Vec::with_capacity(fifo.len());
+    let mut used = Rows::with_capacity(total.len(), fifo.len());
+    let mut heap = BinaryHeap::with_capacity(fifo.len());
     let mut start = 0;
     while start < by_owner.len() {
         let name = owner(by_owner[start]);
