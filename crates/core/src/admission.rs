@@ -1,6 +1,7 @@
 //! Admission: refuse at once what no agent and no launchable template could ever hold.
 
 use std::collections::HashSet;
+use std::hash::Hash;
 
 use foldhash::fast::FixedState;
 
@@ -54,27 +55,28 @@ pub fn verdicts(
 }
 
 /// Candidate capacities reduced to those no other candidate dominates, so a check costs a few
-/// comparisons however many agents share a shape.
+/// comparisons however many agents share a shape. The capacities are owned vectors or, for
+/// vectors the pass keeps anyway (the templates'), borrowed ones.
 #[derive(Debug, Clone)]
-pub struct Admission {
-    frontier: Vec<Vector>,
+pub struct Admission<V = Vector> {
+    frontier: Vec<V>,
     largest: Vector,
 }
 
-impl Admission {
-    pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = Vector>) -> Self {
+impl<V: AsRef<[u64]> + Hash + Eq> Admission<V> {
+    pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = V>) -> Self {
         // Agents come in a few shapes: each kept once (a look-up in a set costs less than
         // sorting every agent's vector). The order kept changes no check's answer.
-        let distinct: HashSet<Vector, FixedState> = capacities.into_iter().collect();
-        let all: Vec<Vector> = distinct.into_iter().collect();
+        let distinct: HashSet<V, FixedState> = capacities.into_iter().collect();
+        let all: Vec<V> = distinct.into_iter().collect();
         let mut largest = vec![0u64; index.len()].into_boxed_slice();
         for c in &all {
-            for (l, v) in largest.iter_mut().zip(c.iter()) {
+            for (l, v) in largest.iter_mut().zip(c.as_ref()) {
                 *l = (*l).max(*v);
             }
         }
         let dominated: Vec<bool> = (all.iter())
-            .map(|c| all.iter().any(|d| d != c && fits(c, d)))
+            .map(|c| all.iter().any(|d| d != c && fits(c.as_ref(), d.as_ref())))
             .collect();
         let frontier = (all.into_iter().zip(dominated))
             .filter_map(|(c, dominated)| (!dominated).then_some(c))
@@ -83,7 +85,7 @@ impl Admission {
     }
 
     pub fn check(&self, index: &SlotIndex, need: &[u64]) -> Result<(), Infeasible> {
-        if self.frontier.iter().any(|c| fits(need, c)) {
+        if self.frontier.iter().any(|c| fits(need, c.as_ref())) {
             return Ok(());
         }
         if self.frontier.is_empty() {
@@ -105,7 +107,7 @@ impl Admission {
             let slots_fit = self
                 .frontier
                 .iter()
-                .any(|c| fits(&need[..named], &c[..named]));
+                .any(|c| fits(&need[..named], &c.as_ref()[..named]));
             Err(if slots_fit {
                 Infeasible::NoDevices {
                     requested: index.slots(need),

@@ -186,21 +186,18 @@ impl Dimensions<'_> {
                 .filter(|(_, a)| a.state != AgentState::Terminated)
                 .map(|(i, a)| self.agent_capacity(i, a)),
         );
-        all.extend(self.launchable_templates(s));
+        all.extend(self.launchable_templates(s).map(Vector::from));
         all
     }
 
     /// The templates among [`Dimensions::standing_candidates`]: a fresh instance of each one
     /// the policy may launch.
-    pub fn launchable_templates(&self, s: &Snapshot) -> Vec<Vector> {
+    pub fn launchable_templates<'d>(&'d self, s: &'d Snapshot) -> impl Iterator<Item = &'d [u64]> {
         let policy = &s.group.policy;
-        if policy.kind != PolicyKind::Demand || policy.max_nodes == 0 {
-            return Vec::new();
-        }
-        (s.group.templates.iter().enumerate())
-            .filter(|(_, t)| t.max > 0)
-            .map(|(i, _)| self.templates[i].clone())
-            .collect()
+        let launches = policy.kind == PolicyKind::Demand && policy.max_nodes > 0;
+        (s.group.templates.iter().zip(self.templates.iter()))
+            .filter(move |(t, _)| launches && t.max > 0)
+            .map(|(_, v)| &**v)
     }
 }
 

@@ -15,6 +15,7 @@
 //! cannot say, so [`Ledger::can_hold`] looks at the devices for those ([`DeviceLayout::exact`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use foldhash::fast::FixedState;
 
@@ -363,9 +364,7 @@ impl DeviceLayout {
                 continue;
             };
             for _ in 0..(set.count as usize).min(MAX_DEVICES) {
-                ledger
-                    .devices
-                    .push(DeviceSlot::idle(index, class, set.memory.milli()));
+                (ledger.slots_mut()).push(DeviceSlot::idle(index, class, set.memory.milli()));
                 index += 1;
             }
         }
@@ -462,7 +461,7 @@ impl DeviceLayout {
                 })
             })
             .collect();
-        Ledger { devices }
+        Ledger::of(devices)
     }
 
     fn class(&self, d: &Device) -> Option<u32> {
@@ -487,7 +486,7 @@ impl DeviceLayout {
     ) {
         for (g, (_, members)) in self.groups.iter().enumerate() {
             let (mut whole, mut fraction, mut memory) = (0u64, 0u64, 0u64);
-            for d in ledger.devices.iter().filter(|d| members[d.class as usize]) {
+            for d in ledger.slots().iter().filter(|d| members[d.class as usize]) {
                 let d = seen_as(d);
                 if d.is_idle() {
                     whole += SCALE;
@@ -631,10 +630,22 @@ pub struct DeviceNeed {
 }
 
 /// One agent's (or a fresh instance's) devices during a pass: what each has free.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+///
+/// Shared until changed: every step of a pass copies the agents' ledgers and changes those of
+/// the few agents it places on, so a copy is a count, and a placement copies the devices of
+/// its agent alone. No devices, no allocation.
+#[derive(Debug, Clone, Default)]
 pub struct Ledger {
-    devices: Vec<DeviceSlot>,
+    devices: Option<Arc<Vec<DeviceSlot>>>,
 }
+
+impl PartialEq for Ledger {
+    fn eq(&self, other: &Self) -> bool {
+        self.slots() == other.slots()
+    }
+}
+
+impl Eq for Ledger {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct DeviceSlot {
@@ -675,17 +686,36 @@ impl DeviceSlot {
 }
 
 impl Ledger {
+    fn of(devices: Vec<DeviceSlot>) -> Self {
+        Ledger {
+            devices: (!devices.is_empty()).then(|| Arc::new(devices)),
+        }
+    }
+
+    fn slots(&self) -> &[DeviceSlot] {
+        self.devices.as_deref().map_or(&[], |d| d)
+    }
+
+    /// The devices to change: copied first if another ledger shares them.
+    fn slots_mut(&mut self) -> &mut Vec<DeviceSlot> {
+        Arc::make_mut(self.devices.get_or_insert_with(Arc::default))
+    }
+
     /// Stand-ins for `total` thousandths of a kind given only as a number: whole devices and a
     /// last one of the share left over, holding `used` in device order.
     fn stand_in(&mut self, class: u32, total: u64, mut used: u64, index: &mut u32) {
         let mut left = total.min(MAX_DEVICES as u64 * SCALE);
-        self.devices.reserve(left.div_ceil(SCALE) as usize);
+        if left == 0 {
+            return;
+        }
+        let devices = self.slots_mut();
+        devices.reserve(left.div_ceil(SCALE) as usize);
         while left > 0 {
             let cap = left.min(SCALE);
             let taken = used.min(cap);
             used -= taken;
             left -= cap;
-            self.devices.push(DeviceSlot {
+            devices.push(DeviceSlot {
                 index: *index,
                 class,
                 cap: cap as u32,
@@ -709,9 +739,7 @@ impl Ledger {
     pub fn take(&mut self, layout: &DeviceLayout, need: &[u64]) -> Option<Vec<Grant>> {
         let grants = self.choose(layout, need)?;
         for g in &grants {
-            let d = self
-                .devices
-                .iter_mut()
+            let d = (self.slots_mut().iter_mut())
                 .find(|d| d.index as usize == g.device)
                 .expect("a chosen device is in the ledger");
             d.free -= g.share as u32;
@@ -727,8 +755,7 @@ impl Ledger {
             let (whole, fraction, memory) =
                 (need[at + WHOLE], need[at + FRACTION], need[at + MEMORY]);
             let eligible = || {
-                self.devices
-                    .iter()
+                (self.slots().iter())
                     .filter(|d| members[d.class as usize])
                     .filter(|d| !grants.iter().any(|x| x.device == d.index as usize))
             };
