@@ -63,18 +63,24 @@ pub(crate) struct World<'a> {
     /// the pending sessions the next pass reads (at most `MAX_PENDING_PER_PASS`) and, under DRF,
     /// those holding capacity. Kept from pass to pass: a pass copies nothing of it.
     snapshot: Snapshot,
+    /// Per session of `snapshot.sessions`, in its order: its job's index in the trace (what its
+    /// id names, kept so that nothing reads the id back).
+    snapshot_jobs: Vec<usize>,
     /// Pending in `snapshot.sessions`.
     pending: usize,
     /// Pending sessions beyond `MAX_PENDING_PER_PASS`, merged back in the queue's order.
     backlog: Vec<Session>,
-    /// Under DRF, a session ended since the last pass (its place in the snapshot is let go).
-    ended_since_pass: bool,
+    /// Under DRF, the jobs whose sessions ended since the last pass (their places in the
+    /// snapshot are let go).
+    ended_since_pass: Vec<usize>,
     /// Per job of the trace: where its session was in the snapshot when a pass's decisions
     /// were last applied (see `apply`).
     place_of_job: Vec<usize>,
     pub sessions: Vec<SessionRecord>,
     pub nodes: Vec<NodeRecord>,
     instances: BTreeMap<u64, Instance>,
+    /// Instances were asked for, joined or failed since `snapshot.in_flight` was counted.
+    instances_changed: bool,
     next_instance: u64,
     /// The device kinds agents count one by one (`gpu`, and those templates list).
     device_kinds: Vec<SlotName>,
@@ -111,7 +117,8 @@ impl<'a> World<'a> {
             },
             pending: 0,
             backlog: Vec::new(),
-            ended_since_pass: false,
+            snapshot_jobs: Vec::new(),
+            ended_since_pass: Vec::new(),
             place_of_job: vec![0; jobs.len()],
             sessions: jobs
                 .iter()
@@ -127,6 +134,7 @@ impl<'a> World<'a> {
                 .collect(),
             nodes: Vec::new(),
             instances: BTreeMap::new(),
+            instances_changed: false,
             next_instance: 0,
             device_kinds: grants::listed_kinds(&[], &config.templates, true),
             governor: Governor::default(),
@@ -265,6 +273,7 @@ impl<'a> World<'a> {
                 };
                 if self.pending < MAX_PENDING_PER_PASS && self.backlog.is_empty() {
                     self.snapshot.sessions.push(session);
+                    self.snapshot_jobs.push(j);
                     self.pending += 1;
                 } else {
                     self.backlog.push(session);
@@ -289,7 +298,9 @@ impl<'a> World<'a> {
                     agent.idle_since = Some(now);
                     self.wake_after_idle_wait(node, clock);
                 }
-                self.ended_since_pass = true;
+                if self.drf() {
+                    self.ended_since_pass.push(j);
+                }
                 self.running -= 1;
                 self.ended += 1;
             }
@@ -298,6 +309,7 @@ impl<'a> World<'a> {
                     .instances
                     .remove(&n)
                     .ok_or_else(|| SimError::Engine(format!("instance {n} joins twice")))?;
+                self.instances_changed = true;
                 let template = &self.config.templates[instance.template];
                 let (slots, price, name) = (
                     template.slots.clone(),
@@ -315,6 +327,7 @@ impl<'a> World<'a> {
                     .instances
                     .remove(&n)
                     .ok_or_else(|| SimError::Engine(format!("instance {n} fails twice")))?;
+                self.instances_changed = true;
                 let name = self.config.templates[instance.template].name.clone();
                 let settings = &self.config.launch;
                 self.governor.failed(
@@ -340,13 +353,12 @@ impl<'a> World<'a> {
     pub fn pass(&mut self, now: Timestamp, clock: &mut Clock) -> Result<(), SimError> {
         self.snapshot.now = now;
         self.snapshot.launch_limits = self.governor.limits(&self.config.launch, now);
-        self.snapshot.in_flight = self.in_flight_by_template();
-        if self.drf() && self.ended_since_pass {
-            let records = &self.sessions;
-            self.snapshot.sessions.retain(|s| {
-                s.state == SessionState::Pending || records[job_of(&s.id)].ended.is_none()
-            });
-            self.ended_since_pass = false;
+        if std::mem::take(&mut self.instances_changed) {
+            self.snapshot.in_flight = self.in_flight_by_template();
+        }
+        if !self.ended_since_pass.is_empty() {
+            let ended = std::mem::take(&mut self.ended_since_pass);
+            self.retain_sessions(|s, j| s.state == SessionState::Pending || !ended.contains(&j));
         }
         if !self.backlog.is_empty() {
             self.refill_from_backlog();
@@ -356,13 +368,26 @@ impl<'a> World<'a> {
         // Placed sessions stay under DRF (they hold capacity); decided ones leave.
         let drf = self.drf();
         if !decisions.rejections.is_empty() || (!drf && !decisions.placements.is_empty()) {
-            self.snapshot.sessions.retain(|s| {
+            self.retain_sessions(|s, _| {
                 s.state == SessionState::Pending || (drf && s.state == SessionState::Running)
             });
         }
         // Every decided session was pending.
         self.pending -= decisions.rejections.len() + decisions.placements.len();
         Ok(())
+    }
+
+    /// Keeps the sessions of the snapshot, and their jobs, that `keep` says to keep (it is given
+    /// each session and its job).
+    fn retain_sessions(&mut self, keep: impl Fn(&Session, usize) -> bool) {
+        let kept: Vec<bool> = (self.snapshot.sessions.iter().zip(&self.snapshot_jobs))
+            .map(|(s, &j)| keep(s, j))
+            .collect();
+        // `retain` visits each element once, in order.
+        let mut flags = kept.iter();
+        (self.snapshot.sessions).retain(|_| *flags.next().expect("a flag per session"));
+        let mut flags = kept.iter();
+        (self.snapshot_jobs).retain(|_| *flags.next().expect("a flag per job"));
     }
 
     /// The head of the whole queue in the sequencer's order, up to `MAX_PENDING_PER_PASS`, into
@@ -380,6 +405,13 @@ impl<'a> World<'a> {
         self.pending = queue.len();
         self.snapshot.sessions = holding;
         self.snapshot.sessions.append(&mut queue);
+        // Sessions moved (rare: only a queue beyond a pass's reading does): read their jobs.
+        self.snapshot_jobs = self
+            .snapshot
+            .sessions
+            .iter()
+            .map(|s| job_of(&s.id))
+            .collect();
         self.backlog = rest;
     }
 
@@ -407,15 +439,15 @@ impl<'a> World<'a> {
         } else {
             // Each session's place in the pass, by its trace index (what its id names): written
             // for the sessions of this pass, and checked against the id on reading.
-            let sessions = &self.snapshot.sessions;
-            for (i, s) in sessions.iter().enumerate() {
-                self.place_of_job[job_of(&s.id)] = i;
+            let jobs = &self.snapshot_jobs;
+            for (i, &j) in jobs.iter().enumerate() {
+                self.place_of_job[j] = i;
             }
             let places = &self.place_of_job;
             let position = |id: &SessionId| {
-                let at = places.get(job_of(id)).copied();
-                (at.filter(|&i| sessions.get(i).is_some_and(|s| s.id == *id)))
-                    .ok_or_else(|| unknown(id))
+                let j = job_of(id);
+                let at = places.get(j).copied();
+                (at.filter(|&i| jobs.get(i) == Some(&j))).ok_or_else(|| unknown(id))
             };
             let reject_at: Vec<usize> =
                 (d.rejections.iter().map(|r| position(&r.session))).collect::<Result<_, _>>()?;
@@ -499,7 +531,7 @@ impl<'a> World<'a> {
         self.count_blocked_passes(d);
         for (at, rejected) in decided {
             let session = &mut self.snapshot.sessions[at];
-            let j = job_of(&session.id);
+            let j = self.snapshot_jobs[at];
             match rejected {
                 Some(reason) => {
                     session.state = SessionState::Rejected;
@@ -539,6 +571,7 @@ impl<'a> World<'a> {
             for _ in 0..l.count {
                 let n = self.next_instance;
                 self.next_instance += 1;
+                self.instances_changed = true;
                 self.instances.insert(
                     n,
                     Instance {
