@@ -54,6 +54,9 @@ pub fn verdicts(
     verdicts
 }
 
+/// Distinct capacities an admission check keeps in a list; past them, in a set.
+const FEW_SHAPES: usize = 16;
+
 /// Candidate capacities reduced to those no other candidate dominates, so a check costs a few
 /// comparisons however many agents share a shape. The capacities are owned vectors or, for
 /// vectors the pass keeps anyway (the templates'), borrowed ones.
@@ -66,9 +69,21 @@ pub struct Admission<V = Vector> {
 impl<V: AsRef<[u64]> + Hash + Eq> Admission<V> {
     pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = V>) -> Self {
         // Agents come in a few shapes: each kept once (a look-up in a set costs less than
-        // sorting every agent's vector). The order kept changes no check's answer.
-        let distinct: HashSet<V, FixedState> = capacities.into_iter().collect();
-        let all: Vec<V> = distinct.into_iter().collect();
+        // sorting every agent's vector; among a few, a look along them costs less than the
+        // set). The order kept changes no check's answer.
+        let mut all: Vec<V> = Vec::new();
+        let mut distinct: HashSet<V, FixedState> = HashSet::default();
+        for c in capacities {
+            if distinct.is_empty() && all.len() < FEW_SHAPES {
+                if !all.contains(&c) {
+                    all.push(c);
+                }
+            } else {
+                distinct.extend(all.drain(..));
+                distinct.insert(c);
+            }
+        }
+        all.extend(distinct);
         let mut largest = vec![0u64; index.len()].into_boxed_slice();
         for c in &all {
             for (l, v) in largest.iter_mut().zip(c.as_ref()) {
@@ -245,6 +260,34 @@ mod tests {
         assert_eq!(
             check(&s, "gpu=1"),
             Err("the group has no agent and no launchable template".into())
+        );
+    }
+
+    #[test]
+    fn many_shapes_of_agents_are_all_counted() {
+        let mut s = group(PolicyKind::Fixed, &[]);
+        // Forty agents of twenty shapes, each shape twice, in no order: past the few shapes an
+        // admission keeps in a list.
+        s.agents = (0..40)
+            .map(|i| {
+                let cpu = 1 + (i * 7) % 20;
+                let capacity = format!("cpu={cpu},mem={}GiB", 21 - cpu);
+                agent(&format!("a{i}"), &capacity, AgentState::Alive)
+            })
+            .collect();
+        assert_eq!(check(&s, "cpu=20,mem=1GiB"), Ok(()));
+        assert_eq!(check(&s, "cpu=1,mem=20GiB"), Ok(()));
+        assert_eq!(check(&s, "cpu=10,mem=11GiB"), Ok(()));
+        assert_eq!(
+            check(&s, "cpu=10,mem=12GiB"),
+            Err(
+                "cpu=10,mem=12GiB requested; no single agent or template offers all of it at once"
+                    .into()
+            )
+        );
+        assert_eq!(
+            check(&s, "cpu=21"),
+            Err("cpu=21 requested; the largest agent or template offers cpu=20".into())
         );
     }
 
