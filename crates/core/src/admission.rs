@@ -54,8 +54,8 @@ pub fn verdicts(
     verdicts
 }
 
-/// Distinct capacities an admission check keeps in a list; past them, in a set.
-const FEW_SHAPES: usize = 16;
+/// Candidates an admission check makes distinct by a look along them; past them, by a set.
+const FEW_CANDIDATES: usize = 16;
 
 /// Candidate capacities reduced to those no other candidate dominates, so a check costs a few
 /// comparisons however many agents share a shape. The capacities are owned vectors or, for
@@ -69,21 +69,22 @@ pub struct Admission<V = Vector> {
 impl<V: AsRef<[u64]> + Hash + Eq> Admission<V> {
     pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = V>) -> Self {
         // Agents come in a few shapes: each kept once (a look-up in a set costs less than
-        // sorting every agent's vector; among a few, a look along them costs less than the
-        // set). The order kept changes no check's answer.
-        let mut all: Vec<V> = Vec::new();
-        let mut distinct: HashSet<V, FixedState> = HashSet::default();
-        for c in capacities {
-            if distinct.is_empty() && all.len() < FEW_SHAPES {
-                if !all.contains(&c) {
-                    all.push(c);
+        // sorting every agent's vector; among a few candidates, a pass's templates, a look
+        // along them costs less than the set). The order kept changes no check's answer.
+        let mut all: Vec<V> = capacities.into_iter().collect();
+        if all.len() <= FEW_CANDIDATES {
+            let mut kept = 0;
+            for i in 0..all.len() {
+                if !all[..kept].contains(&all[i]) {
+                    all.swap(kept, i);
+                    kept += 1;
                 }
-            } else {
-                distinct.extend(all.drain(..));
-                distinct.insert(c);
             }
+            all.truncate(kept);
+        } else {
+            let distinct: HashSet<V, FixedState> = all.into_iter().collect();
+            all = distinct.into_iter().collect();
         }
-        all.extend(distinct);
         let mut largest = vec![0u64; index.len()].into_boxed_slice();
         for c in &all {
             for (l, v) in largest.iter_mut().zip(c.as_ref()) {
@@ -266,8 +267,8 @@ mod tests {
     #[test]
     fn many_shapes_of_agents_are_all_counted() {
         let mut s = group(PolicyKind::Fixed, &[]);
-        // Forty agents of twenty shapes, each shape twice, in no order: past the few shapes an
-        // admission keeps in a list.
+        // Forty agents of twenty shapes, each shape twice, in no order: past the few
+        // candidates an admission looks along.
         s.agents = (0..40)
             .map(|i| {
                 let cpu = 1 + (i * 7) % 20;
@@ -288,6 +289,15 @@ mod tests {
         assert_eq!(
             check(&s, "cpu=21"),
             Err("cpu=21 requested; the largest agent or template offers cpu=20".into())
+        );
+        // And eight of four shapes (cpu 1, 8, 15 and 2), each twice: among the few.
+        s.agents.truncate(4);
+        s.agents.extend(s.agents.clone());
+        assert_eq!(check(&s, "cpu=15,mem=6GiB"), Ok(()));
+        assert_eq!(check(&s, "cpu=2,mem=19GiB"), Ok(()));
+        assert_eq!(
+            check(&s, "cpu=16"),
+            Err("cpu=16 requested; the largest agent or template offers cpu=15".into())
         );
     }
 
