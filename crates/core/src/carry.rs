@@ -312,6 +312,15 @@ impl Carry {
             self.free = Rows::with_capacity(width, 0);
             self.index = index.clone();
         }
+        // A caller that failed to say an agent changed would get stale decisions: the tests'
+        // builds check every kept form against a fresh one.
+        let check_kept = |agent: &Agent, ledger: &Ledger, free: &[u64]| {
+            debug_assert!(
+                make(agent) == (ledger.clone(), Vector::from(free)),
+                "agent {} changed since the last pass and the carry was not told",
+                agent.id
+            );
+        };
         let same_agents = self.ids.len() == agents.len()
             && (self.ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id));
         if same_agents {
@@ -323,11 +332,7 @@ impl Carry {
                     self.ledgers[i] = ledger;
                     self.free[i].copy_from_slice(&vector);
                 } else {
-                    debug_assert!(
-                        make(agent) == (self.ledgers[i].clone(), Vector::from(&self.free[i])),
-                        "agent {} changed since the last pass and the carry was not told",
-                        agent.id
-                    );
+                    check_kept(agent, &self.ledgers[i], &self.free[i]);
                 }
             }
             return self.forms_with_templates(index, make_templates);
@@ -341,13 +346,7 @@ impl Carry {
             let at = find(&ids, &mut cursor, &agent.id);
             match at {
                 Some(i) if !changed[i] => {
-                    // A caller that failed to say an agent changed would get stale decisions:
-                    // the tests' builds check every kept form against a fresh one.
-                    debug_assert!(
-                        make(agent) == (ledgers[i].clone(), Vector::from(&free[i])),
-                        "agent {} changed since the last pass and the carry was not told",
-                        agent.id
-                    );
+                    check_kept(agent, &ledgers[i], &free[i]);
                     self.ledgers.push(std::mem::take(&mut ledgers[i]));
                     self.free.push(&free[i]);
                     self.ids.push(AgentId(std::mem::take(&mut ids[i].0)));

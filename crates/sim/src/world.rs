@@ -438,7 +438,7 @@ impl<'a> World<'a> {
             (Vec::new(), Vec::new())
         } else {
             // Each session's place in the pass, by its trace index (what its id names): written
-            // for the sessions of this pass, and checked against the id on reading.
+            // for the sessions of this pass, and checked against the job kept there on reading.
             let jobs = &self.snapshot_jobs;
             for (i, &j) in jobs.iter().enumerate() {
                 self.place_of_job[j] = i;
