@@ -1,12 +1,14 @@
 //! Scaling policies: the logic half of a scaling driver (when and how much; the provider does how).
 
+use std::cell::OnceCell;
+
 use crate::admission::Admission;
 use crate::decisions::{NoLaunch, WaitReason};
 use crate::dense::{self, fits, Rows, SlotIndex, Vector};
 use crate::dimensions::Dimensions;
 use crate::ledger::Ledger;
 use crate::model::{Agent, AgentState, PlacementStrategy, PolicyKind, Timestamp};
-use crate::planner::{self, DemandClass, Offer, Pack};
+use crate::planner::{self, DemandClass, Offer};
 use crate::schedule::FreeIndex;
 use crate::slots::{same_text, Key};
 use crate::snapshot::Snapshot;
@@ -219,22 +221,25 @@ impl ScalingLogic for Demand {
         //    ended; then keep at least min_nodes.
         let budget = launch_budget(input, template_slots, &rest, launching.count());
         plan.recheck_at = budget.recheck_at();
-        let offers = offers(input, &launching);
-        let packed = launch_for_demand(
+        // The templates as offers, made only when a launch may need them (most passes launch
+        // nothing: no launch is allowed, or nothing is short).
+        let offered = OnceCell::new();
+        let offers_now = || offered.get_or_init(|| offers(input, &launching)).as_slice();
+        let planned = launch_for_demand(
             input,
             template_slots,
             &rest,
             &headroom.deficit,
-            &offers,
+            &offers_now,
             &budget,
             &mut plan,
         );
-        let for_demand: u32 = packed.launches.iter().sum();
+        let for_demand: u32 = planned.iter().sum();
         let serving = serving(input, &reuse.unmarked) + launching.count() + for_demand;
         let topped_up = keep_min_nodes(
             input.snapshot,
-            &offers,
-            &packed.launches,
+            &offers_now,
+            &planned,
             serving,
             budget.launches.saturating_sub(for_demand),
             &mut plan,
@@ -382,7 +387,8 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
 struct Headroom {
     /// The policy's headroom, per slot.
     target: Vector,
-    /// Free capacity of agents taking sessions and of instances launching, per slot.
+    /// Free capacity of agents taking sessions and of instances launching, in the slots the
+    /// headroom asks for (0 in the others: nothing falls short of a headroom of 0).
     free: Vec<u64>,
     /// What `free` lacks of `target`, per slot, once marked agents are unmarked for it.
     deficit: Vector,
@@ -402,24 +408,34 @@ impl Headroom {
 /// further reusable marked agents, in agent order, while it falls short of the headroom.
 fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -> Headroom {
     let s = input.snapshot;
-    let mut free = vec![0u64; input.index.len()];
-    for (a, agent) in s.agents.iter().enumerate() {
-        if agent.state == AgentState::Alive || reuse.unmarked[a] {
-            dense::add(&mut free, reuse.free(input, a));
-        }
-    }
-    for b in 0..launching.template.len() {
-        dense::add(&mut free, launching.bins.free(b));
-    }
-    dense::add(&mut free, &launching.unbinned);
     let target = input.index.vector(&s.group.policy.headroom);
+    // The free capacity is summed in the slots the headroom asks for alone (a headroom names a
+    // slot or two, an agent's vector has every slot and device dimension of the pass).
+    let asked: Vec<usize> = (0..target.len()).filter(|&i| target[i] > 0).collect();
+    let add = |free: &mut [u64], v: &[u64]| {
+        for &i in &asked {
+            free[i] = free[i].saturating_add(v[i]);
+        }
+    };
+    let mut free = vec![0u64; input.index.len()];
+    if !asked.is_empty() {
+        for (a, agent) in s.agents.iter().enumerate() {
+            if agent.state == AgentState::Alive || reuse.unmarked[a] {
+                add(&mut free, reuse.free(input, a));
+            }
+        }
+        for b in 0..launching.template.len() {
+            add(&mut free, launching.bins.free(b));
+        }
+        add(&mut free, &launching.unbinned);
+    }
     for a in 0..s.agents.len() {
         if target.iter().zip(&free).all(|(h, f)| f >= h) {
             break;
         }
         if reuse.reusable[a] && !reuse.unmarked[a] {
             reuse.unmarked[a] = true;
-            dense::add(&mut free, reuse.free(input, a));
+            add(&mut free, reuse.free(input, a));
         }
     }
     let deficit = Headroom::deficit_of(&target, &free);
@@ -563,15 +579,16 @@ fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
 
 /// Packs the unmet sessions in `rest` and the headroom deficit onto new instances of the offers,
 /// within the budget; writes the launches, the scale-out demand and every session's wait.
-fn launch_for_demand(
+/// Returns the instances planned per template.
+fn launch_for_demand<'o>(
     input: &ScaleInput,
     template_slots: &[Vector],
     rest: &[usize],
     headroom_deficit: &[u64],
-    offers: &[Offer],
+    offers: &dyn Fn() -> &'o [Offer],
     budget: &Budget,
     plan: &mut ScalePlan,
-) -> Pack {
+) -> Vec<u32> {
     // Group what is left by equivalence class, in queue order of first appearance.
     let mut class_pos = vec![usize::MAX; input.classes];
     let mut classes: Vec<DemandClass> = Vec::new();
@@ -591,14 +608,23 @@ fn launch_for_demand(
         dense::add(&mut plan.scale_out_demand, need);
     }
     dense::add(&mut plan.scale_out_demand, headroom_deficit);
-    let packed = planner::pack(&classes, offers, budget.for_demand(), headroom_deficit);
-    let launched: u32 = packed.launches.iter().sum();
+    let templates = &input.snapshot.group.templates;
+    // Nothing may be launched, or nothing is short: the packing would launch nothing.
+    let (launches, served) = if budget.for_demand() == 0
+        || (classes.is_empty() && headroom_deficit.iter().all(|&d| d == 0))
+    {
+        (vec![0; templates.len()], vec![Vec::new(); classes.len()])
+    } else {
+        let packed = planner::pack(&classes, offers(), budget.for_demand(), headroom_deficit);
+        (packed.launches, packed.served)
+    };
+    let launched: u32 = launches.iter().sum();
 
-    let mut sessions_for = vec![0u32; offers.len()];
-    for &(o, n) in packed.served.iter().flatten() {
+    let mut sessions_for = vec![0u32; templates.len()];
+    for &(o, n) in served.iter().flatten() {
         sessions_for[o] += n;
     }
-    for (t, &count) in packed.launches.iter().enumerate() {
+    for (t, &count) in launches.iter().enumerate() {
         if count > 0 {
             let reason = match sessions_for[t] {
                 0 => "the group keeps its headroom (minimum shares)".to_string(),
@@ -611,14 +637,13 @@ fn launch_for_demand(
             });
         }
     }
-    let templates = &input.snapshot.group.templates;
     let mut live = LiveAgents::new(input);
     for (c, sessions) in members.iter().enumerate() {
-        let mut served = packed.served[c]
+        let mut served_by = served[c]
             .iter()
             .flat_map(|&(o, n)| std::iter::repeat_n(o, n as usize));
         for &k in sessions {
-            plan.waits[k] = Some(match served.next() {
+            plan.waits[k] = Some(match served_by.next() {
                 Some(o) => WaitReason::Launching {
                     template: templates[o].name.clone(),
                 },
@@ -628,7 +653,7 @@ fn launch_for_demand(
             });
         }
     }
-    packed
+    launches
 }
 
 /// Why nothing is launched for unmet session `k`, when the pass launches `launched` instances.
@@ -685,9 +710,9 @@ fn serving(input: &ScaleInput, unmarked: &[bool]) -> u32 {
 /// Tops the group up to `min_nodes` with the cheapest template that may still launch, within
 /// `budget` more launches. `serving` counts agents taking sessions, launching instances and the
 /// launches planned. Returns how many it adds.
-fn keep_min_nodes(
+fn keep_min_nodes<'o>(
     s: &Snapshot,
-    offers: &[Offer],
+    offers: &dyn Fn() -> &'o [Offer],
     planned: &[u32],
     serving: u32,
     budget: u32,
@@ -698,6 +723,7 @@ fn keep_min_nodes(
     if short == 0 {
         return 0;
     }
+    let offers = offers();
     let cheapest = (0..offers.len())
         .filter(|&t| offers[t].available > planned[t])
         .min_by(|&a, &b| {
