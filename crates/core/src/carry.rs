@@ -26,10 +26,15 @@ pub struct Carry {
     /// Per agent of the last pass, in its order: its id, whether it changed since, its ledger
     /// and its free vector.
     ids: Vec<AgentId>,
+    /// Whether `ids` are in their order.
+    ids_sorted: bool,
     changed: Vec<bool>,
     ledgers: Vec<Ledger>,
     free: Rows,
     layout: Option<KeptLayout>,
+    /// Whether this pass's agents are the last pass's, in its order: found by the layout's
+    /// check of the agents, read by the forms of the same pass (one walk over the ids).
+    same_agents: Option<bool>,
     /// The templates' forms of a pass whose layout is not the kept one.
     fresh_templates: (Vec<Ledger>, Vec<Vector>),
     /// Per owner with sessions holding capacity: their required shares summed. Kept once a
@@ -220,7 +225,13 @@ impl Carry {
     /// Agent `id`'s capacity, allocation or devices changed, or it left: what was kept of it is
     /// dropped, and the next pass makes it again.
     pub fn changed(&mut self, id: &AgentId) {
-        if let Some(i) = self.ids.iter().position(|k| same_id(k, id)) {
+        // Agents are read in id order (the store's and the simulator's): a binary search then.
+        let at = if self.ids_sorted {
+            self.ids.binary_search(id).ok()
+        } else {
+            self.ids.iter().position(|k| same_id(k, id))
+        };
+        if let Some(i) = at {
             self.changed[i] = true;
         }
     }
@@ -234,6 +245,9 @@ impl Carry {
         s: &Snapshot,
         make: impl FnOnce() -> DeviceLayout,
     ) -> Arc<DeviceLayout> {
+        let same_agents = self.ids.len() == s.agents.len()
+            && (self.ids.iter().zip(&s.agents)).all(|(id, a)| same_id(id, &a.id));
+        self.same_agents = Some(same_agents);
         if let Some(kept) = &self.layout {
             let templates = &s.group.templates;
             let (agents, rest) = kept.shapes.split_at(kept.agents);
@@ -241,7 +255,8 @@ impl Carry {
             // then, which the kept layout was made of or checked against: only the others are
             // compared.
             let unchanged = |i: usize, a: &Agent| {
-                i < self.ids.len() && !self.changed[i] && same_id(&self.ids[i], &a.id)
+                let in_place = same_agents || (i < self.ids.len() && same_id(&self.ids[i], &a.id));
+                in_place && !self.changed[i]
             };
             let same = kept.names == names
                 && kept.agents == s.agents.len()
@@ -304,7 +319,9 @@ impl Carry {
         make_templates: impl Fn() -> (Vec<Ledger>, Vec<Vector>),
     ) -> Forms<'_> {
         let width = index.len();
+        let mut told_same = self.same_agents.take();
         if self.index != *index {
+            told_same = None;
             // Nothing kept is in these dimensions.
             self.ids.clear();
             self.changed.clear();
@@ -322,7 +339,14 @@ impl Carry {
             );
         };
         let same_agents = self.ids.len() == agents.len()
-            && (self.ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id));
+            && told_same
+                .unwrap_or_else(|| (self.ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id)));
+        debug_assert_eq!(
+            same_agents,
+            self.ids.len() == agents.len()
+                && (self.ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id)),
+            "the layout's check saw other agents"
+        );
         if same_agents {
             // The agents of the last pass, in its order (no agent came or went): the changed
             // ones are made again in place.
@@ -359,6 +383,7 @@ impl Carry {
                 }
             }
         }
+        self.ids_sorted = self.ids.is_sorted();
         self.forms_with_templates(index, make_templates)
     }
 
@@ -396,6 +421,24 @@ impl Carry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agent_told_changed_is_found_in_any_order_of_agents() {
+        for order in [["n1", "n2", "n3"], ["n3", "n1", "n2"], ["n2", "n3", "n1"]] {
+            let ids: Vec<AgentId> = order.iter().map(|i| AgentId(i.to_string())).collect();
+            for (at, id) in ids.iter().enumerate() {
+                let mut carry = Carry {
+                    ids_sorted: ids.is_sorted(),
+                    ids: ids.clone(),
+                    changed: vec![false; ids.len()],
+                    ..Carry::default()
+                };
+                carry.changed(id);
+                let expected: Vec<bool> = (0..ids.len()).map(|i| i == at).collect();
+                assert_eq!(carry.changed, expected, "{id} among {order:?}");
+            }
+        }
+    }
 
     #[test]
     fn ids_are_the_same_when_their_texts_are() {

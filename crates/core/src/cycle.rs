@@ -119,33 +119,42 @@ impl<'a> Pass<'a> {
             HashMap::default();
         let mut named_needs: Vec<(Vector, DeviceNeed)> = Vec::new();
         let mut key: Vec<u64> = Vec::new();
-        let classes: Vec<Result<usize, Infeasible>> = required
-            .iter()
-            .zip(&pending)
-            .map(|(r, p)| {
-                let constraints = &p.constraints[..];
-                let next = constraint_lists.len() as u64 + 1;
-                let list = match constraints {
-                    [] => 0,
-                    _ => *constraint_lists.entry(constraints).or_insert(next),
-                };
-                dims.named_into(r, &mut key);
-                key.push(list);
-                if let Some(known) = class_of.get(&key[..]) {
-                    return known.clone();
+        // Queues come in runs of identical requests (job arrays, sweeps): a session asking
+        // what the one before it asked is of its class, found without a key.
+        let mut previous: Option<(&Slots, &[DeviceConstraint])> = None;
+        let mut classes: Vec<Result<usize, Infeasible>> = Vec::with_capacity(pending.len());
+        for (r, p) in required.iter().zip(&pending) {
+            let constraints = &p.constraints[..];
+            if previous.is_some_and(|(r0, c0)| **r == *r0 && constraints == c0) {
+                let class = classes.last().expect("the session before's").clone();
+                classes.push(class);
+                continue;
+            }
+            previous = Some((&**r, constraints));
+            let next = constraint_lists.len() as u64 + 1;
+            let list = match constraints {
+                [] => 0,
+                _ => *constraint_lists.entry(constraints).or_insert(next),
+            };
+            dims.named_into(r, &mut key);
+            key.push(list);
+            let class = match class_of.get(&key[..]) {
+                Some(known) => known.clone(),
+                None => {
+                    let named = &key[..key.len() - 1];
+                    let class = dims
+                        .resolve(named, constraints)
+                        .map(|need| {
+                            named_needs.push((named.into(), need));
+                            named_needs.len() - 1
+                        })
+                        .map_err(|e| Infeasible::BadDevices(e.to_string()));
+                    class_of.insert(key[..].into(), class.clone());
+                    class
                 }
-                let named = &key[..key.len() - 1];
-                let class = dims
-                    .resolve(named, constraints)
-                    .map(|need| {
-                        named_needs.push((named.into(), need));
-                        named_needs.len() - 1
-                    })
-                    .map_err(|e| Infeasible::BadDevices(e.to_string()));
-                class_of.insert(key[..].into(), class.clone());
-                class
-            })
-            .collect();
+            };
+            classes.push(class);
+        }
         let dims = dims.finish(s, carry);
         // Classes whose named requests differ may still need the same: merged.
         let mut merged: HashMap<Vector, usize, FixedState> = HashMap::default();
@@ -458,9 +467,10 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
             true,
         )
     };
-    let mut planned_wait: Vec<Option<&WaitReason>> = vec![None; queue.sessions.len()];
-    for (k, w) in unmet.iter().zip(&plan.waits) {
-        planned_wait[*k] = w.as_ref();
+    // The plan's reasons move to the decisions (a pass may keep thousands waiting).
+    let mut planned_wait: Vec<Option<WaitReason>> = vec![None; queue.sessions.len()];
+    for (k, w) in unmet.iter().zip(plan.waits) {
+        planned_wait[*k] = w;
     }
     let placed_count = (placed.outcomes.iter())
         .filter(|o| matches!(o, Outcome::Placed { .. }))
@@ -497,7 +507,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
             }),
             Outcome::NoRoom => decisions.waiting.push(Waiting {
                 session: session.id.clone(),
-                reason: planned_wait[k].cloned().unwrap_or(WaitReason::NoRoom {
+                reason: planned_wait[k].take().unwrap_or(WaitReason::NoRoom {
                     because: NoLaunch::Queue,
                 }),
             }),
