@@ -32,9 +32,13 @@ pub struct Carry {
     ledgers: Vec<Ledger>,
     free: Rows,
     layout: Option<KeptLayout>,
-    /// Whether this pass's agents are the last pass's, in its order: found by the layout's
-    /// check of the agents, read by the forms of the same pass (one walk over the ids).
+    /// Whether this pass's agents are the last pass's, in its order: found once a pass (one
+    /// walk over the ids), by the first step that asks, read until the forms are made.
     same_agents: Option<bool>,
+    /// Slot names the agents' sets have named, and per agent (as `ids`) which of them its
+    /// capacity and allocation name, as bits; none for an agent not read since it changed.
+    agent_names: Vec<SlotName>,
+    agent_name_bits: Vec<Option<u64>>,
     /// The templates' forms of a pass whose layout is not the kept one.
     fresh_templates: (Vec<Ledger>, Vec<Vector>),
     /// Per owner with sessions holding capacity: their required shares summed. Kept once a
@@ -236,6 +240,71 @@ impl Carry {
         }
     }
 
+    /// Whether `agents` are the last pass's, in its order (found once a pass).
+    fn same_agents(&mut self, agents: &[Agent]) -> bool {
+        let ids = &self.ids;
+        *self.same_agents.get_or_insert_with(|| {
+            ids.len() == agents.len() && (ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id))
+        })
+    }
+
+    /// The slot names the capacities and allocations of `agents` name, in no order: each
+    /// agent's sets are read when it is new or changed since the last pass, and what the others
+    /// named is kept. None when the agents name more slots than it keeps bits for (the pass
+    /// reads every set then).
+    pub(crate) fn agent_names(
+        &mut self,
+        agents: &[Agent],
+    ) -> Option<impl Iterator<Item = &SlotName>> {
+        if !self.same_agents(agents) {
+            self.agent_name_bits.clear();
+        }
+        self.agent_name_bits.resize(agents.len(), None);
+        let mut all = 0u64;
+        for (i, agent) in agents.iter().enumerate() {
+            let bits = match self.agent_name_bits[i] {
+                Some(bits) if !self.changed.get(i).copied().unwrap_or(true) => bits,
+                _ => {
+                    let mut bits = 0u64;
+                    for name in agent.capacity.names().chain(agent.allocated.names()) {
+                        let at = match self.agent_names.iter().position(|n| n == name) {
+                            Some(at) => at,
+                            None if self.agent_names.len() < 64 => {
+                                self.agent_names.push(name.clone());
+                                self.agent_names.len() - 1
+                            }
+                            None => {
+                                self.agent_name_bits.clear();
+                                return None;
+                            }
+                        };
+                        bits |= 1 << at;
+                    }
+                    self.agent_name_bits[i] = Some(bits);
+                    bits
+                }
+            };
+            all |= bits;
+        }
+        // A caller that failed to say an agent changed would get stale names: the tests'
+        // builds check every agent's kept bits against its sets.
+        debug_assert!(
+            (agents.iter().zip(&self.agent_name_bits)).all(|(agent, bits)| {
+                let names = agent.capacity.names().chain(agent.allocated.names());
+                let fresh = names.fold(Some(0u64), |acc, name| {
+                    let at = self.agent_names.iter().position(|n| n == name)?;
+                    Some(acc? | 1 << at)
+                });
+                *bits == fresh
+            }),
+            "an agent's slot names changed since the last pass and the carry was not told"
+        );
+        let named = (self.agent_names.iter().enumerate())
+            .filter(move |(at, _)| all & (1 << at) != 0)
+            .map(|(_, n)| n);
+        Some(named)
+    }
+
     /// The device layout of `s` over the named slots `names`: as kept, when the capacities and
     /// device classes of the agents and templates are those it was made of (allocations do not
     /// count), else as `make` makes it (and it is kept).
@@ -245,9 +314,7 @@ impl Carry {
         s: &Snapshot,
         make: impl FnOnce() -> DeviceLayout,
     ) -> Arc<DeviceLayout> {
-        let same_agents = self.ids.len() == s.agents.len()
-            && (self.ids.iter().zip(&s.agents)).all(|(id, a)| same_id(id, &a.id));
-        self.same_agents = Some(same_agents);
+        let same_agents = self.same_agents(&s.agents);
         if let Some(kept) = &self.layout {
             let templates = &s.group.templates;
             let (agents, rest) = kept.shapes.split_at(kept.agents);

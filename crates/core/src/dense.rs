@@ -139,21 +139,27 @@ impl<'a> NamesSeen<'a> {
             return;
         }
         for name in set.names() {
-            let seen = if self.names.len() <= FEW_NAMES {
-                self.names.iter().any(|n| n.is(name)) || self.names.contains(&name)
-            } else {
-                self.many.contains(name)
-            };
-            if !seen {
-                self.names.push(name);
-                match self.names.len() {
-                    n if n == FEW_NAMES + 1 => self.many.extend(self.names.iter().copied()),
-                    n if n > FEW_NAMES + 1 => _ = self.many.insert(name),
-                    _ => {}
-                }
-            }
+            self.add_name(name);
         }
         self.previous = Some(set);
+    }
+
+    /// One name, seen once or more.
+    #[inline(always)]
+    pub fn add_name(&mut self, name: &'a SlotName) {
+        let seen = if self.names.len() <= FEW_NAMES {
+            self.names.iter().any(|n| n.is(name)) || self.names.contains(&name)
+        } else {
+            self.many.contains(name)
+        };
+        if !seen {
+            self.names.push(name);
+            match self.names.len() {
+                n if n == FEW_NAMES + 1 => self.many.extend(self.names.iter().copied()),
+                n if n > FEW_NAMES + 1 => _ = self.many.insert(name),
+                _ => {}
+            }
+        }
     }
 
     /// The index of the names seen, sorted, with no device dimensions.

@@ -45,13 +45,21 @@ impl Builder {
         sets: impl IntoIterator<Item = &'r Slots>,
         carry: Option<&mut Carry>,
     ) -> Self {
-        // Capacities, then allocations: sets of the same names come in longer runs so.
+        // The agents' names as a carry kept them (it reads the sets of agents new or changed
+        // since the last pass), or from every set: capacities, then allocations (sets of the
+        // same names come in longer runs so).
+        let mut carry = carry;
         let mut seen = NamesSeen::default();
-        for a in &s.agents {
-            seen.add(&a.capacity);
-        }
-        for a in &s.agents {
-            seen.add(&a.allocated);
+        match carry.as_deref_mut().and_then(|c| c.agent_names(&s.agents)) {
+            Some(names) => names.for_each(|n| seen.add_name(n)),
+            None => {
+                for a in &s.agents {
+                    seen.add(&a.capacity);
+                }
+                for a in &s.agents {
+                    seen.add(&a.allocated);
+                }
+            }
         }
         for t in &s.group.templates {
             seen.add(&t.slots);
