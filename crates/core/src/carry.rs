@@ -256,15 +256,25 @@ impl Carry {
         &mut self,
         agents: &[Agent],
     ) -> Option<impl Iterator<Item = &SlotName>> {
-        if !self.same_agents(agents) {
-            self.agent_name_bits.clear();
+        // Kept bits (as the ids, the last pass's agents) of agents not changed since, moved
+        // to the places of this pass's agents when some came or went.
+        let same = self.same_agents(agents);
+        for (bits, _) in (self.agent_name_bits.iter_mut().zip(&self.changed)).filter(|(_, c)| **c) {
+            *bits = None;
+        }
+        if !same {
+            let kept = std::mem::take(&mut self.agent_name_bits);
+            let mut cursor = 0;
+            self.agent_name_bits = (agents.iter())
+                .map(|a| find(&self.ids, &mut cursor, &a.id).and_then(|j| *kept.get(j)?))
+                .collect();
         }
         self.agent_name_bits.resize(agents.len(), None);
         let mut all = 0u64;
         for (i, agent) in agents.iter().enumerate() {
             let bits = match self.agent_name_bits[i] {
-                Some(bits) if !self.changed.get(i).copied().unwrap_or(true) => bits,
-                _ => {
+                Some(bits) => bits,
+                None => {
                     let mut bits = 0u64;
                     for name in agent.capacity.names().chain(agent.allocated.names()) {
                         let at = match self.agent_names.iter().position(|n| n == name) {

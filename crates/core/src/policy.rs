@@ -308,15 +308,25 @@ fn wait_for_in_flight(
     let mut launching = FreeIndex::new(input.index.len(), bins, vec![true; bin_template.len()])
         .with_devices(input.index.shared_devices(), bin_ledgers);
     let mut rest = Vec::with_capacity(input.unmet.len());
-    for (k, &(need, _)) in input.unmet.iter().enumerate() {
-        match launching.find(need, PlacementStrategy::Binpack) {
+    // Bins only shrink: a class that found none is not searched again.
+    let mut no_bin = vec![false; input.classes];
+    for (k, &(need, class)) in input.unmet.iter().enumerate() {
+        let found = if no_bin[class] {
+            None
+        } else {
+            launching.find(need, PlacementStrategy::Binpack)
+        };
+        match found {
             Some(b) => {
                 launching.take(b, need);
                 waits[k] = Some(WaitReason::InFlight {
                     template: templates[bin_template[b]].name.clone(),
                 });
             }
-            None => rest.push(k),
+            None => {
+                no_bin[class] = true;
+                rest.push(k);
+            }
         }
     }
     let launching = Launching {
@@ -360,18 +370,23 @@ fn unmark_for_demand(input: &ScaleInput, rest: &mut Vec<usize>) -> Reuse {
     let marked = reusable.contains(&true).then(|| {
         let mut marked = FreeIndex::new(input.index.len(), input.free.clone(), reusable.clone())
             .with_devices(input.index.shared_devices(), input.ledgers.to_vec());
+        // Marked agents only shrink: a class that found none is not searched again.
+        let mut no_room = vec![false; input.classes];
         rest.retain(|&k| {
-            if k >= input.held_from {
+            let (need, class) = input.unmet[k];
+            if k >= input.held_from || no_room[class] {
                 return true;
             }
-            let need = input.unmet[k].0;
             match marked.find(need, PlacementStrategy::Binpack) {
                 Some(a) => {
                     marked.take(a, need);
                     unmarked[a] = true;
                     false
                 }
-                None => true,
+                None => {
+                    no_room[class] = true;
+                    true
+                }
             }
         });
         marked
@@ -429,7 +444,13 @@ fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -
         }
         add(&mut free, &launching.unbinned);
     }
-    for a in 0..s.agents.len() {
+    // Only marked agents that may be unmarked change the sum (most passes have none).
+    let reusable = if reuse.marked.is_some() {
+        s.agents.len()
+    } else {
+        0
+    };
+    for a in 0..reusable {
         if target.iter().zip(&free).all(|(h, f)| f >= h) {
             break;
         }
@@ -514,8 +535,13 @@ fn launch_budget(
         launches = 0;
     }
     let mut burst: Option<(Timestamp, Timestamp)> = None;
+    // Per class: whether a template holds it (asked once).
+    let mut launchable: Vec<Option<bool>> = vec![None; input.classes];
     for &k in rest {
-        if template_slots.iter().any(|t| fits(input.unmet[k].0, t)) {
+        let (need, class) = input.unmet[k];
+        let fits_one =
+            *launchable[class].get_or_insert_with(|| template_slots.iter().any(|t| fits(need, t)));
+        if fits_one {
             let at = input.arrived[k];
             burst = Some(burst.map_or((at, at), |(first, last)| (first.min(at), last.max(at))));
         }
@@ -642,13 +668,18 @@ fn launch_for_demand<'o>(
         let mut served_by = served[c]
             .iter()
             .flat_map(|&(o, n)| std::iter::repeat_n(o, n as usize));
+        // The class's sessions need the same: one reason for those left without a launch.
+        let mut no_launch: Option<NoLaunch> = None;
         for &k in sessions {
             plan.waits[k] = Some(match served_by.next() {
                 Some(o) => WaitReason::Launching {
                     template: templates[o].name.clone(),
                 },
                 None => WaitReason::NoRoom {
-                    because: why_no_launch(input, template_slots, k, budget, launched, &mut live),
+                    because: (no_launch.get_or_insert_with(|| {
+                        why_no_launch(input, template_slots, k, budget, launched, &mut live)
+                    }))
+                    .clone(),
                 },
             });
         }

@@ -161,6 +161,45 @@ fn launches_in_flight_count_so_the_same_demand_never_launches_twice() {
 }
 
 #[test]
+fn a_request_no_starting_instance_holds_leaves_them_to_smaller_ones() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "cooldown_secs": 0},
+        "templates": templates(),
+        "in_flight": [{"template": "g1", "count": 1}],
+        "sessions": [session("s1", "gpu=4"), session("s2", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert_eq!(launches(&d), [("g4".to_string(), 1)]);
+    assert_eq!(
+        waiting(&d),
+        [
+            (
+                "s1".into(),
+                "waits for a new g4 instance (launched in this pass)".into()
+            ),
+            (
+                "s2".into(),
+                "waits for a g1 instance that is starting".into()
+            )
+        ]
+    );
+}
+
+#[test]
+fn a_request_no_marked_agent_holds_leaves_them_to_smaller_ones() {
+    let s = snapshot(json!({
+        "group": {"policy": "demand", "cooldown_secs": 0},
+        "templates": templates(),
+        "agents": [agent("a1", "g1", G1, "", "marked")],
+        "sessions": [session("s1", "gpu=4"), session("s2", "gpu=1")]
+    }));
+    let d = cycle(&s);
+    assert_eq!(ids(&d.unmarks), ["a1"]);
+    assert_eq!(placed(&d), [("s2".into(), "a1".into())]);
+    assert_eq!(launches(&d), [("g4".to_string(), 1)]);
+}
+
+#[test]
 fn a_marked_agent_gets_demand_back_before_anything_is_launched() {
     let s = snapshot(json!({
         "group": {"policy": "demand"},
