@@ -107,11 +107,10 @@ impl SlotIndex {
 
     /// Back to named slots (device dimensions are left out).
     pub fn slots(&self, v: &[u64]) -> Slots {
-        let pairs = self
-            .names
-            .iter()
-            .cloned()
-            .zip(v.iter().map(|&m| Quantity::from_milli(m)));
+        // Zero amounts are not stored: their names are not copied either.
+        let pairs = (self.names.iter().zip(v))
+            .filter(|(_, &m)| m > 0)
+            .map(|(name, &m)| (name.clone(), Quantity::from_milli(m)));
         Slots::from_pairs(pairs).expect("names of an index are distinct")
     }
 }
