@@ -284,6 +284,9 @@ impl Carry {
                                 self.agent_names.len() - 1
                             }
                             None => {
+                                // Names of agents long gone may fill the list: it starts
+                                // again from the agents of the next pass.
+                                self.agent_names.clear();
                                 self.agent_name_bits.clear();
                                 return None;
                             }
@@ -300,10 +303,10 @@ impl Carry {
         // builds check every agent's kept bits against its sets.
         debug_assert!(
             (agents.iter().zip(&self.agent_name_bits)).all(|(agent, bits)| {
-                let names = agent.capacity.names().chain(agent.allocated.names());
-                let fresh = names.fold(Some(0u64), |acc, name| {
+                let mut names = agent.capacity.names().chain(agent.allocated.names());
+                let fresh = names.try_fold(0u64, |acc, name| {
                     let at = self.agent_names.iter().position(|n| n == name)?;
-                    Some(acc? | 1 << at)
+                    Some(acc | 1 << at)
                 });
                 *bits == fresh
             }),

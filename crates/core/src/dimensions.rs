@@ -43,12 +43,11 @@ impl Builder {
     pub fn new<'r>(
         s: &'r Snapshot,
         sets: impl IntoIterator<Item = &'r Slots>,
-        carry: Option<&mut Carry>,
+        mut carry: Option<&mut Carry>,
     ) -> Self {
         // The agents' names as a carry kept them (it reads the sets of agents new or changed
         // since the last pass), or from every set: capacities, then allocations (sets of the
         // same names come in longer runs so).
-        let mut carry = carry;
         let mut seen = NamesSeen::default();
         match carry.as_deref_mut().and_then(|c| c.agent_names(&s.agents)) {
             Some(names) => names.for_each(|n| seen.add_name(n)),
