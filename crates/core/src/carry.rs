@@ -95,6 +95,11 @@ fn same_id(a: &AgentId, b: &AgentId) -> bool {
         && (a[whole..].iter().zip(&b[whole..])).all(|(x, y)| x == y)
 }
 
+/// Whether `agents` are those of `ids`, in their order.
+fn in_place(ids: &[AgentId], agents: &[Agent]) -> bool {
+    ids.len() == agents.len() && (ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id))
+}
+
 /// Where `id` is among `ids`: most agents are where they were in the last pass, just after the
 /// one found before (`cursor`), so they are looked for there first.
 fn find(ids: &[AgentId], cursor: &mut usize, id: &AgentId) -> Option<usize> {
@@ -243,9 +248,9 @@ impl Carry {
     /// Whether `agents` are the last pass's, in its order (found once a pass).
     fn same_agents(&mut self, agents: &[Agent]) -> bool {
         let ids = &self.ids;
-        *self.same_agents.get_or_insert_with(|| {
-            ids.len() == agents.len() && (ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id))
-        })
+        *self
+            .same_agents
+            .get_or_insert_with(|| in_place(ids, agents))
     }
 
     /// The slot names the capacities and allocations of `agents` name, in no order: each
@@ -399,10 +404,10 @@ impl Carry {
         make_templates: impl Fn() -> (Vec<Ledger>, Vec<Vector>),
     ) -> Forms<'_> {
         let width = index.len();
-        let mut told_same = self.same_agents.take();
         if self.index != *index {
-            told_same = None;
-            // Nothing kept is in these dimensions.
+            // Nothing kept is in these dimensions (nor the answer about the agents, found
+            // against the ids let go here).
+            self.same_agents = None;
             self.ids.clear();
             self.changed.clear();
             self.ledgers.clear();
@@ -418,13 +423,12 @@ impl Carry {
                 agent.id
             );
         };
-        let same_agents = self.ids.len() == agents.len()
-            && told_same
-                .unwrap_or_else(|| (self.ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id)));
+        // The answer found this pass, read for the last time here.
+        let same_agents = self.same_agents(agents);
+        self.same_agents = None;
         debug_assert_eq!(
             same_agents,
-            self.ids.len() == agents.len()
-                && (self.ids.iter().zip(agents)).all(|(id, a)| same_id(id, &a.id)),
+            in_place(&self.ids, agents),
             "the layout's check saw other agents"
         );
         if same_agents {

@@ -445,18 +445,15 @@ fn keep_headroom(input: &ScaleInput, launching: &Launching, reuse: &mut Reuse) -
         add(&mut free, &launching.unbinned);
     }
     // Only marked agents that may be unmarked change the sum (most passes have none).
-    let reusable = if reuse.marked.is_some() {
-        s.agents.len()
-    } else {
-        0
-    };
-    for a in 0..reusable {
-        if target.iter().zip(&free).all(|(h, f)| f >= h) {
-            break;
-        }
-        if reuse.reusable[a] && !reuse.unmarked[a] {
-            reuse.unmarked[a] = true;
-            add(&mut free, reuse.free(input, a));
+    if reuse.marked.is_some() {
+        for a in 0..s.agents.len() {
+            if target.iter().zip(&free).all(|(h, f)| f >= h) {
+                break;
+            }
+            if reuse.reusable[a] && !reuse.unmarked[a] {
+                reuse.unmarked[a] = true;
+                add(&mut free, reuse.free(input, a));
+            }
         }
     }
     let deficit = Headroom::deficit_of(&target, &free);
