@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::dense::{Rows, SlotIndex, Vector};
 use crate::ledger::{DeviceLayout, Ledger};
 use crate::model::{Agent, AgentId, InstanceTemplate};
+use crate::planner::PriceMemo;
 use crate::slots::{same_text, Quantity, SlotName, Slots};
 use crate::snapshot::Snapshot;
 
@@ -44,6 +45,8 @@ pub struct Carry {
     /// Per owner with sessions holding capacity: their required shares summed. Kept once a
     /// pass has read it (none before, and none while a pass reads it).
     held: Option<Held>,
+    /// The launch planner's class prices, by the LP's inputs (lent to a pass as `held` is).
+    prices: PriceMemo,
 }
 
 /// Per owner: the required shares of its sessions that hold capacity, summed (owners holding
@@ -229,6 +232,14 @@ impl Carry {
 
     pub(crate) fn give_back_held(&mut self, held: Held) {
         self.held = Some(held);
+    }
+
+    pub(crate) fn take_prices(&mut self) -> PriceMemo {
+        std::mem::take(&mut self.prices)
+    }
+
+    pub(crate) fn give_back_prices(&mut self, prices: PriceMemo) {
+        self.prices = prices;
     }
 
     /// Agent `id`'s capacity, allocation or devices changed, or it left: what was kept of it is

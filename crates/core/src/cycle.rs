@@ -1,6 +1,7 @@
 //! The cycle: one pure pass over a group's snapshot. Admit, then scale, then schedule.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use foldhash::fast::FixedState;
@@ -16,6 +17,7 @@ use crate::devices::{DeviceConstraint, DeviceGrant};
 use crate::dimensions::{self, Dimensions};
 use crate::ledger::{DeviceNeed, Ledger};
 use crate::model::{AgentState, Sequencer, Session, SessionState, Timestamp};
+use crate::planner::PriceMemo;
 use crate::policy::{policy_for, AgentAction, ScaleInput, ScalePlan};
 use crate::schedule::{self, FreeIndex, Outcome, Placed, Request, Usage};
 use crate::slots::{Key, Quantity, Slots};
@@ -45,14 +47,20 @@ fn run(s: &Snapshot, mut carry: Option<&mut Carry>) -> Decisions {
         Some(carry) if s.group.scheduler.sequencer == Sequencer::Drf => carry.take_held(s),
         _ => None,
     };
+    let prices = carry.as_deref_mut().map(|c| RefCell::new(c.take_prices()));
     let pass = Pass::of(s, carry.as_deref_mut(), held.as_ref());
     let mut decisions = Decisions::default();
     let queue = admit(s, &pass, &mut decisions);
-    let scaled = scale(s, &pass, &queue, &mut decisions);
+    let scaled = scale(s, &pass, &queue, prices.as_ref(), &mut decisions);
     schedule(s, &pass, &queue, scaled, &mut decisions);
     drop(pass);
-    if let (Some(carry), Some(held)) = (carry, held) {
-        carry.give_back_held(held);
+    if let Some(carry) = carry {
+        if let Some(held) = held {
+            carry.give_back_held(held);
+        }
+        if let Some(prices) = prices {
+            carry.give_back_prices(prices.into_inner());
+        }
     }
     decisions
 }
@@ -305,7 +313,13 @@ struct Scaled<'p> {
 /// Step 2: places the queue on the agents that take sessions now, without holding the queue
 /// behind a blocked session, and has the group's policy plan launches, unmarks, marks and
 /// terminations against what that leaves unmet.
-fn scale<'p>(s: &Snapshot, pass: &'p Pass, queue: &Queue, decisions: &mut Decisions) -> Scaled<'p> {
+fn scale<'p>(
+    s: &Snapshot,
+    pass: &'p Pass,
+    queue: &Queue,
+    prices: Option<&RefCell<PriceMemo>>,
+    decisions: &mut Decisions,
+) -> Scaled<'p> {
     let index = pass.index();
     let open: Vec<bool> = s
         .agents
@@ -381,6 +395,7 @@ fn scale<'p>(s: &Snapshot, pass: &'p Pass, queue: &Queue, decisions: &mut Decisi
         arrived: &arrived,
         held_from,
         classes: pass.class_needs.len(),
+        prices,
     });
     write_scaling(s, index, &plan, decisions);
     Scaled {

@@ -1,6 +1,6 @@
 //! Scaling policies: the logic half of a scaling driver (when and how much; the provider does how).
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 
 use crate::admission::Admission;
 use crate::decisions::{NoLaunch, WaitReason};
@@ -8,7 +8,7 @@ use crate::dense::{self, fits, Rows, SlotIndex, Vector};
 use crate::dimensions::Dimensions;
 use crate::ledger::Ledger;
 use crate::model::{Agent, AgentState, PlacementStrategy, PolicyKind, Timestamp};
-use crate::planner::{self, DemandClass, Offer};
+use crate::planner::{self, DemandClass, Offer, PriceMemo};
 use crate::schedule::FreeIndex;
 use crate::slots::{same_text, Key};
 use crate::snapshot::Snapshot;
@@ -36,6 +36,8 @@ pub struct ScaleInput<'a> {
     /// placed on it.
     pub held_from: usize,
     pub classes: usize,
+    /// The launch planner's class prices solved by earlier passes (a carry's), if kept.
+    pub prices: Option<&'a RefCell<PriceMemo>>,
 }
 
 /// What the policy decides. Agents are indexes into `snapshot.agents`, templates into
@@ -638,7 +640,17 @@ fn launch_for_demand<'o>(
     {
         (vec![0; templates.len()], vec![Vec::new(); classes.len()])
     } else {
-        let packed = planner::pack(&classes, offers(), budget.for_demand(), headroom_deficit);
+        let (offers, budget) = (offers(), budget.for_demand());
+        let packed = match input.prices {
+            Some(memo) => planner::pack_remembering(
+                &classes,
+                offers,
+                budget,
+                headroom_deficit,
+                &mut memo.borrow_mut(),
+            ),
+            None => planner::pack(&classes, offers, budget, headroom_deficit),
+        };
         (packed.launches, packed.served)
     };
     let launched: u32 = launches.iter().sum();

@@ -26,6 +26,7 @@
 mod bounds;
 mod greedy;
 mod headroom;
+mod memo;
 mod prices;
 mod tables;
 #[cfg(test)]
@@ -36,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use crate::dense::Vector;
 
 pub use bounds::{class_lower_bound, lower_bound};
+pub use memo::PriceMemo;
 use prices::{class_prices, Tie};
 use tables::{valid_price, Tables};
 
@@ -140,6 +142,29 @@ pub fn pack(
     node_budget: u32,
     headroom_deficit: &[u64],
 ) -> Pack {
+    pack_with(classes, offers, node_budget, headroom_deficit, None)
+}
+
+/// [`pack`], taking the class prices from `memo` when an earlier packing solved them for the
+/// same inputs (and leaving there those it solves): the same packing, found faster by a caller
+/// that packs again and again (a group's passes).
+pub fn pack_remembering(
+    classes: &[DemandClass],
+    offers: &[Offer],
+    node_budget: u32,
+    headroom_deficit: &[u64],
+    memo: &mut PriceMemo,
+) -> Pack {
+    pack_with(classes, offers, node_budget, headroom_deficit, Some(memo))
+}
+
+fn pack_with(
+    classes: &[DemandClass],
+    offers: &[Offer],
+    node_budget: u32,
+    headroom_deficit: &[u64],
+    memo: Option<&mut PriceMemo>,
+) -> Pack {
     let width = tables::width(classes, offers, headroom_deficit.len());
     let usable = |o: &Offer| valid_price(o.price_per_hour) && o.available > 0;
     // Nothing may be launched, or nothing would be (most passes: the queue waits for instances
@@ -158,7 +183,7 @@ pub fn pack(
             headroom_short: tables::padded(headroom_deficit, width).into_boxed_slice(),
         };
     }
-    solve(classes, offers, node_budget, headroom_deficit, width)
+    solve(classes, offers, node_budget, headroom_deficit, width, memo)
 }
 
 /// [`pack`], every step run.
@@ -168,16 +193,24 @@ fn solve(
     node_budget: u32,
     headroom_deficit: &[u64],
     width: usize,
+    memo: Option<&mut PriceMemo>,
 ) -> Pack {
     let t = Tables::new(classes, offers, width, |o| {
         valid_price(o.price_per_hour) && o.available > 0
     });
     let tie = Tie::new(&t);
-    let lp = class_prices(&t);
+    let solved;
+    let lp = match memo {
+        Some(memo) => memo.prices(&t),
+        None => {
+            solved = class_prices(&t);
+            &solved
+        }
+    };
     let work: Vec<f64> = (0..t.n_classes())
         .map(|c| lp.pi[c] + tie.of(t.need(c)))
         .collect();
-    let mut plan = greedy::fill(&t, offers, &lp, &work, node_budget);
+    let mut plan = greedy::fill(&t, offers, lp, &work, node_budget);
     let short = headroom::cover(&t, offers, &tie, headroom_deficit, node_budget, &mut plan);
     let (served, unserved) = tally(&t, &plan);
     Pack {

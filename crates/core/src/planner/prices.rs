@@ -50,6 +50,7 @@ impl Tie {
 }
 
 /// Prices from the class-assignment LP (see [`class_prices`]).
+#[derive(Debug)]
 pub(super) struct ClassPrices {
     /// Per class: the price of one session.
     pub pi: Vec<f64>,

@@ -2,11 +2,15 @@
 //! per offer, which class fits which offer), and the small helpers over such vectors that the
 //! packing, the LPs and the bounds share.
 
+use std::hash::{Hash, Hasher};
+
 use crate::dense::fits;
 
 use super::{DemandClass, Offer};
 
-/// One call's classes and offers, every vector padded with zeros to `width`.
+/// One call's classes and offers, every vector padded with zeros to `width`. Equal when every
+/// entry is, prices by their bits (the same bits, the same LPs).
+#[derive(Debug, Clone)]
 pub(super) struct Tables {
     pub width: usize,
     /// Class-major: `needs[c * width + s]`.
@@ -21,6 +25,34 @@ pub(super) struct Tables {
     pub counts: Vec<u64>,
     /// `fit[c * n_offers + t]`: class `c` fits in one instance of usable offer `t`.
     pub fit: Vec<bool>,
+}
+
+impl PartialEq for Tables {
+    fn eq(&self, other: &Self) -> bool {
+        self.width == other.width
+            && self.needs == other.needs
+            && self.caps == other.caps
+            && self.counts == other.counts
+            && self.usable == other.usable
+            && self.fit == other.fit
+            && self.prices.len() == other.prices.len()
+            && (self.prices.iter().zip(&other.prices)).all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+
+impl Eq for Tables {}
+
+impl Hash for Tables {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.width.hash(state);
+        self.needs.hash(state);
+        self.caps.hash(state);
+        self.counts.hash(state);
+        self.usable.hash(state);
+        for p in &self.prices {
+            p.to_bits().hash(state);
+        }
+    }
 }
 
 impl Tables {

@@ -98,7 +98,7 @@ fn a_class_that_fits_no_offer_is_unserved_and_launches_nothing() {
     assert_eq!(p.launches, [0]);
     assert_eq!(p.served, [Vec::<(usize, u32)>::new()]);
     assert_eq!(p.unserved, [5]);
-    assert_eq!(p, super::solve(&classes, &offers, 100, &[0, 0], 2));
+    assert_eq!(p, super::solve(&classes, &offers, 100, &[0, 0], 2, None));
 
     // Beside one that fits, only the one that fits is planned for.
     let classes = [class(&[2000, 1000], 5), class(&[1000, 1000], 2)];
@@ -240,6 +240,23 @@ proptest! {
     }
 
     #[test]
+    fn a_remembered_pack_is_the_pack(
+        (classes, offers, budget, deficit) in small_inputs(),
+        (other_classes, other_offers, _, _) in small_inputs(),
+    ) {
+        let mut memo = PriceMemo::default();
+        // Solved, then remembered, then other inputs between two askings of the first.
+        for (c, o) in [(&classes, &offers), (&classes, &offers), (&other_classes, &other_offers), (&classes, &offers)] {
+            prop_assert_eq!(
+                pack_remembering(c, o, budget, &deficit, &mut memo),
+                pack(c, o, budget, &deficit)
+            );
+        }
+        // At most one entry per distinct input (none when nothing needed solving).
+        prop_assert!(memo.len() <= 2);
+    }
+
+    #[test]
     fn a_pack_with_nothing_to_launch_is_what_every_step_would_say(
         (classes, mut offers, budget, deficit) in small_inputs()
     ) {
@@ -247,13 +264,13 @@ proptest! {
         // No launch allowed.
         prop_assert_eq!(
             pack(&classes, &offers, 0, &deficit),
-            super::solve(&classes, &offers, 0, &deficit, width)
+            super::solve(&classes, &offers, 0, &deficit, width, None)
         );
         // Whatever fits (where no class fits a usable offer and no headroom is short, `pack`
         // answers without solving).
         prop_assert_eq!(
             pack(&classes, &offers, budget, &deficit),
-            super::solve(&classes, &offers, budget, &deficit, width)
+            super::solve(&classes, &offers, budget, &deficit, width, None)
         );
         // No offer available.
         for o in &mut offers {
@@ -261,7 +278,7 @@ proptest! {
         }
         prop_assert_eq!(
             pack(&classes, &offers, budget, &deficit),
-            super::solve(&classes, &offers, budget, &deficit, width)
+            super::solve(&classes, &offers, budget, &deficit, width, None)
         );
     }
 
@@ -380,7 +397,7 @@ fn nothing_to_pack_is_what_every_step_would_say() {
         let width = tables::width(&[], &offers, deficit.len());
         assert_eq!(
             pack(&[], &offers, 5, deficit),
-            super::solve(&[], &offers, 5, deficit, width)
+            super::solve(&[], &offers, 5, deficit, width, None)
         );
     }
 }
