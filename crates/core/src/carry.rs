@@ -60,7 +60,7 @@ pub(crate) fn held_of(s: &Snapshot) -> Option<Held> {
     for x in s.sessions.iter().filter(|x| x.state.holds_capacity()) {
         let shares = s.required_shares_of(x);
         match held.get_mut(&x.owner) {
-            Some(sum) => *sum = sum.checked_add(&shares).ok()?,
+            Some(sum) => sum.try_add(&shares).ok()?,
             None => _ = held.insert(x.owner.clone(), shares.into_owned()),
         }
     }
@@ -191,10 +191,9 @@ impl Carry {
             held.insert(owner.to_string(), shares.clone());
             return;
         };
-        match sum.checked_add(shares) {
-            Ok(more) => *sum = more,
-            // Summed again from the sessions by the next pass that reads it.
-            Err(_) => self.held = None,
+        // Summed again from the sessions by the next pass that reads it.
+        if sum.try_add(shares).is_err() {
+            self.held = None;
         }
     }
 
@@ -202,12 +201,9 @@ impl Carry {
     /// by them.
     pub fn ended(&mut self, owner: &str, shares: &Slots) {
         let Some(held) = &mut self.held else { return };
-        match held
-            .get_mut(owner)
-            .map(|sum| (sum.checked_sub(shares), sum))
-        {
-            Some((Ok(less), _)) if less.is_empty() => _ = held.remove(owner),
-            Some((Ok(less), sum)) => *sum = less,
+        match held.get_mut(owner).map(|sum| (sum.try_sub(shares), sum)) {
+            Some((Ok(()), sum)) if sum.is_empty() => _ = held.remove(owner),
+            Some((Ok(()), _)) => {}
             // More than it was told the owner holds: summed again by the next pass.
             _ => self.held = None,
         }

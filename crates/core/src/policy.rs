@@ -565,9 +565,11 @@ fn launch_budget(
 fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
     let s = input.snapshot;
     // Agents per template, in one walk: each agent's template looked up by name among the
-    // few templates (unique names, the group's validation), lengths first.
+    // few templates (unique names, the group's validation), lengths first; agents launched
+    // together come in runs of one template, so the last one found is tried first.
     let templates = &s.group.templates;
     let mut agents = vec![0usize; templates.len()];
+    let mut last: Option<usize> = None;
     for a in s
         .agents
         .iter()
@@ -576,8 +578,13 @@ fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
         let Some(name) = a.template.as_deref() else {
             continue;
         };
-        if let Some(t) = templates.iter().position(|t| same_text(&t.name, name)) {
+        let named = |t: &usize| same_text(&templates[*t].name, name);
+        let found = last
+            .filter(named)
+            .or_else(|| (0..templates.len()).find(named));
+        if let Some(t) = found {
             agents[t] += 1;
+            last = Some(t);
         }
     }
     s.group

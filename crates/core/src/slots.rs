@@ -411,34 +411,65 @@ impl Slots {
 
     pub fn checked_add(&self, other: &Slots) -> Result<Slots, SlotError> {
         let mut out = self.clone();
-        for (name, q) in other.iter() {
-            let sum =
-                out.get(name.as_str())
-                    .0
-                    .checked_add(q.0)
-                    .ok_or_else(|| SlotError::Overflow {
-                        slot: name.0.to_string(),
-                    })?;
-            out.set(name.clone(), Quantity(sum));
-        }
+        out.try_add(other)?;
         Ok(out)
     }
 
     pub fn checked_sub(&self, other: &Slots) -> Result<Slots, SlotError> {
         let mut out = self.clone();
+        out.try_sub(other)?;
+        Ok(out)
+    }
+
+    /// Adds `other` in place (an agent's allocation, an owner's sum: no copy of the set, and
+    /// the names it has already are not cloned). On overflow, says in which slot and leaves
+    /// `self` as it was.
+    pub fn try_add(&mut self, other: &Slots) -> Result<(), SlotError> {
         for (name, q) in other.iter() {
-            let have = out.get(name.as_str());
-            let diff = have
-                .0
-                .checked_sub(q.0)
-                .ok_or_else(|| SlotError::Underflow {
+            if self.get(name.as_str()).0.checked_add(q.0).is_none() {
+                return Err(SlotError::Overflow {
+                    slot: name.0.to_string(),
+                });
+            }
+        }
+        for (name, q) in other.iter() {
+            self.change(name, |have| have + q.0);
+        }
+        Ok(())
+    }
+
+    /// Subtracts `other` in place. When a slot would go below zero, says which and leaves
+    /// `self` as it was.
+    pub fn try_sub(&mut self, other: &Slots) -> Result<(), SlotError> {
+        for (name, q) in other.iter() {
+            let have = self.get(name.as_str());
+            if have.0 < q.0 {
+                return Err(SlotError::Underflow {
                     slot: name.0.to_string(),
                     lhs: have.display_for(name),
                     rhs: q.display_for(name),
-                })?;
-            out.set(name.clone(), Quantity(diff));
+                });
+            }
         }
-        Ok(out)
+        for (name, q) in other.iter() {
+            self.change(name, |have| have - q.0);
+        }
+        Ok(())
+    }
+
+    /// Sets slot `name` to what `to` makes of its amount (0 when absent), in place: a zero
+    /// amount is removed, a new name inserted in order.
+    fn change(&mut self, name: &SlotName, to: impl FnOnce(u64) -> u64) {
+        match self.0.binary_search_by(|(n, _)| n.cmp(name)) {
+            Ok(at) => match to(self.0[at].1 .0) {
+                0 => _ = self.0.remove(at),
+                q => self.0[at].1 = Quantity(q),
+            },
+            Err(at) => match to(0) {
+                0 => {}
+                q => self.0.insert(at, (name.clone(), Quantity(q))),
+            },
+        }
     }
 
     /// Every slot of `self` is at most the same slot of `capacity`.
@@ -632,6 +663,40 @@ mod tests {
 
     fn q(slot: &str, text: &str) -> Result<u64, SlotError> {
         Quantity::parse(slot, text).map(Quantity::milli)
+    }
+
+    fn slots(text: &str) -> Slots {
+        text.parse().expect("slots")
+    }
+
+    #[test]
+    fn sums_in_place_add_and_remove_names_and_a_refused_one_changes_nothing() {
+        let mut held = slots("cpu=2,mem=4GiB");
+        held.try_add(&slots("cpu=1,gpu=1")).expect("room");
+        assert_eq!(held, slots("cpu=3,gpu=1,mem=4GiB"));
+        assert_eq!(
+            held.names().map(SlotName::as_str).collect::<Vec<_>>(),
+            ["cpu", "gpu", "mem"]
+        );
+        held.try_sub(&slots("gpu=1,mem=4GiB")).expect("held");
+        assert_eq!(held, slots("cpu=3"), "slots brought to zero are gone");
+        assert_eq!(held.len(), 1);
+
+        let err = held.try_sub(&slots("cpu=1,mem=1GiB")).unwrap_err();
+        assert!(
+            matches!(err, SlotError::Underflow { ref slot, .. } if slot == "mem"),
+            "{err}"
+        );
+        assert_eq!(held, slots("cpu=3"), "nothing subtracted");
+        let mut full = Slots::from_pairs([(SlotName::new("cpu").unwrap(), Quantity(u64::MAX))])
+            .expect("one slot");
+        let err = full.try_add(&slots("cpu=1,gpu=1")).unwrap_err();
+        assert!(
+            matches!(err, SlotError::Overflow { ref slot } if slot == "cpu"),
+            "{err}"
+        );
+        assert_eq!(full.len(), 1, "nothing added");
+        assert_eq!(held.checked_add(&slots("cpu=1")), Ok(slots("cpu=4")));
     }
 
     #[test]

@@ -218,8 +218,7 @@ impl<'a> World<'a> {
     }
 
     fn agent_mut(&mut self, id: &AgentId) -> Result<&mut Agent, SimError> {
-        let at = (self.position(id))
-            .ok_or_else(|| SimError::Engine(format!("decisions name agent {id}, which is gone")))?;
+        let at = self.position(id).ok_or_else(|| gone(id))?;
         Ok(&mut self.snapshot.agents[at])
     }
 
@@ -284,13 +283,14 @@ impl<'a> World<'a> {
                 let record = &mut self.sessions[j];
                 record.ended = Some(now);
                 let node = record.node.expect("a session that ends was placed");
-                let slots = record.slots.clone();
-                let devices = std::mem::take(&mut record.devices);
-                let id = self.nodes[node].id.clone();
-                self.carry.changed(&id);
-                self.carry.ended(&self.jobs[j].owner, &slots);
-                let agent = self.agent_mut(&id)?;
-                agent.allocated = agent.allocated.checked_sub(&slots).map_err(|e| {
+                let (slots, devices) = (&record.slots, std::mem::take(&mut record.devices));
+                let id = &self.nodes[node].id;
+                self.carry.changed(id);
+                self.carry.ended(&self.jobs[j].owner, slots);
+                let at = (self.snapshot.agents.binary_search_by(|a| a.id.cmp(id)))
+                    .map_err(|_| gone(id))?;
+                let agent = &mut self.snapshot.agents[at];
+                agent.allocated.try_sub(slots).map_err(|e| {
                     SimError::Engine(format!("agent {id} frees more than it holds: {e}"))
                 })?;
                 grants::release(&mut agent.devices, &devices);
@@ -363,8 +363,9 @@ impl<'a> World<'a> {
         if !self.backlog.is_empty() {
             self.refill_from_backlog();
         }
-        let decisions = corral_core::cycle_carrying(&self.snapshot, &mut self.carry);
-        self.apply(&decisions, clock)?;
+        let mut decisions = corral_core::cycle_carrying(&self.snapshot, &mut self.carry);
+        // The placements' shares and devices move to the sessions' records.
+        self.apply(&mut decisions, clock)?;
         // Placed sessions stay under DRF (they hold capacity); decided ones leave.
         let drf = self.drf();
         if !decisions.rejections.is_empty() || (!drf && !decisions.placements.is_empty()) {
@@ -432,7 +433,7 @@ impl<'a> World<'a> {
     /// The decisions, in the store's order: rejections, launches, unmarks, placements, marks,
     /// terminations, waits. A decision the world contradicts (a placement over capacity, on an
     /// agent that takes nothing) is an engine error, never applied.
-    fn apply(&mut self, d: &Decisions, clock: &mut Clock) -> Result<(), SimError> {
+    fn apply(&mut self, d: &mut Decisions, clock: &mut Clock) -> Result<(), SimError> {
         let now = self.snapshot.now;
         let (reject_at, place_at) = if d.rejections.is_empty() && d.placements.is_empty() {
             (Vec::new(), Vec::new())
@@ -468,15 +469,16 @@ impl<'a> World<'a> {
                 self.wake_after_idle_wait(node_of(&u.agent), clock);
             }
         }
-        for (p, at) in d.placements.iter().zip(place_at) {
+        for (p, at) in d.placements.iter_mut().zip(place_at) {
             self.carry.changed(&p.agent);
             self.carry
                 .placed(&self.snapshot.sessions[at].owner, &p.slots);
             let agent = self.agent_mut(&p.agent)?;
-            let allocated = agent.allocated.checked_add(&p.slots).ok();
-            match allocated {
-                Some(a) if agent.state == AgentState::Alive && a.fits_in(&agent.capacity) => {
-                    agent.allocated = a;
+            let added = agent.allocated.try_add(&p.slots).is_ok();
+            match added {
+                true if agent.state == AgentState::Alive
+                    && agent.allocated.fits_in(&agent.capacity) =>
+                {
                     agent.idle_since = None;
                     grants::hold(&mut agent.devices, &p.devices);
                     if let Some(d) = grants::overfull(&agent.devices) {
@@ -488,18 +490,22 @@ impl<'a> World<'a> {
                     }
                 }
                 _ => {
+                    if added {
+                        // Reported as it was before.
+                        agent.allocated.try_sub(&p.slots).ok();
+                    }
                     return Err(SimError::Engine(format!(
                         "placing session {} on agent {} ({:?}, {} allocated of {}) with {}",
                         p.session, p.agent, agent.state, agent.allocated, agent.capacity, p.slots
-                    )))
+                    )));
                 }
             }
             let j = job_of(&p.session);
             let record = &mut self.sessions[j];
             record.started = Some(now);
             record.node = Some(node_of(&p.agent));
-            record.slots = p.slots.clone();
-            record.devices = p.devices.clone();
+            record.slots = std::mem::take(&mut p.slots);
+            record.devices = std::mem::take(&mut p.devices);
             clock.at(now.plus_secs(self.jobs[j].duration_secs), Event::Finish(j));
             self.running += 1;
             self.started += 1;
@@ -622,6 +628,10 @@ impl<'a> World<'a> {
             }
         }
     }
+}
+
+fn gone(id: &AgentId) -> SimError {
+    SimError::Engine(format!("decisions name agent {id}, which is gone"))
 }
 
 fn unknown(id: &SessionId) -> SimError {
