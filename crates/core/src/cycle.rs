@@ -12,7 +12,7 @@ use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
     Waiting,
 };
-use crate::dense::{Rows, SlotIndex, Vector};
+use crate::dense::{fits, Rows, SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceGrant};
 use crate::dimensions::{self, Dimensions};
 use crate::ledger::{DeviceNeed, Ledger};
@@ -326,19 +326,22 @@ fn scale<'p>(
         .iter()
         .map(|a| a.state == AgentState::Alive)
         .collect();
-    // Most passes with no queue: nothing to place, so nothing of the agents to copy.
-    let (trial, trial_free, trial_ledgers) = if queue.requests.is_empty() {
+    // Most passes have no queue, or one that no agent taking sessions has room for (it waits
+    // for instances on their way, or for sessions to end): nothing to place, so nothing of the
+    // agents to copy.
+    let (trial, trial_free, trial_ledgers) = if !room_for_any(pass, queue, &open) {
         let (free, ledgers) = (&pass.dims.agent_free, &pass.dims.agent_ledgers);
         let ledgers = if index.devices().dims() > 0 {
             &ledgers[..]
         } else {
             &[]
         };
-        (
-            Placed::default(),
-            Cow::Borrowed(&**free),
-            Cow::Borrowed(ledgers),
-        )
+        let waiting = queue.requests.len();
+        let trial = Placed {
+            outcomes: vec![Outcome::NoRoom; waiting],
+            grants: vec![Vec::new(); waiting],
+        };
+        (trial, Cow::Borrowed(&**free), Cow::Borrowed(ledgers))
     } else {
         let free = pass.dims.agent_free.clone().into_owned();
         let mut placing = FreeIndex::new(index.len(), free, open.clone())
@@ -406,6 +409,17 @@ fn scale<'p>(
         trial_ledgers,
         plan,
     }
+}
+
+/// Whether an agent taking sessions (`open`) has room for one of the queue's classes, by its
+/// free capacity alone: what its devices hold is within that, so where the free capacity has
+/// no room, placement finds none either.
+fn room_for_any(pass: &Pass, queue: &Queue, open: &[bool]) -> bool {
+    let mut asked = vec![false; pass.class_needs.len()];
+    queue.requests.iter().any(|r| {
+        !std::mem::replace(&mut asked[r.class], true)
+            && (pass.dims.agent_free.iter().zip(open)).any(|(free, &o)| o && fits(r.need, free))
+    })
 }
 
 /// The plan's launches, marks, unmarks, terminations and scale-out demand, by name.
