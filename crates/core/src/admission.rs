@@ -39,19 +39,18 @@ pub fn verdicts(
     needs: &[impl AsRef<[u64]>],
 ) -> Vec<Result<(), Infeasible>> {
     let index = &dims.index;
-    let templates = Admission::new(index, dims.launchable_templates(s));
-    let mut verdicts: Vec<_> = (needs.iter())
-        .map(|n| templates.check(index, n.as_ref()))
+    // Held by a launchable template: admitted (no candidates gathered, no reason to find).
+    let held: Vec<bool> = (needs.iter())
+        .map(|n| dims.launchable_templates(s).any(|t| fits(n.as_ref(), t)))
         .collect();
-    if verdicts.iter().any(Result::is_err) {
-        let admission = Admission::new(index, dims.standing_candidates(s));
-        for (v, n) in verdicts.iter_mut().zip(needs) {
-            if v.is_err() {
-                *v = admission.check(index, n.as_ref());
-            }
-        }
-    }
-    verdicts
+    let admission =
+        (!held.iter().all(|&h| h)).then(|| Admission::new(index, dims.standing_candidates(s)));
+    (needs.iter().zip(held))
+        .map(|(n, held)| match &admission {
+            Some(admission) if !held => admission.check(index, n.as_ref()),
+            _ => Ok(()),
+        })
+        .collect()
 }
 
 /// Candidates an admission check makes distinct by a look along them; past them, by a set.
