@@ -1,7 +1,6 @@
 //! Admission: refuse at once what no agent and no launchable template could ever hold.
 
 use std::collections::HashSet;
-use std::hash::Hash;
 
 use foldhash::fast::FixedState;
 
@@ -57,20 +56,19 @@ pub fn verdicts(
 const FEW_CANDIDATES: usize = 16;
 
 /// Candidate capacities reduced to those no other candidate dominates, so a check costs a few
-/// comparisons however many agents share a shape. The capacities are owned vectors or, for
-/// vectors the pass keeps anyway (the templates'), borrowed ones.
+/// comparisons however many agents share a shape.
 #[derive(Debug, Clone)]
-pub struct Admission<V = Vector> {
-    frontier: Vec<V>,
+pub struct Admission {
+    frontier: Vec<Vector>,
     largest: Vector,
 }
 
-impl<V: AsRef<[u64]> + Hash + Eq> Admission<V> {
-    pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = V>) -> Self {
+impl Admission {
+    pub fn new(index: &SlotIndex, capacities: impl IntoIterator<Item = Vector>) -> Self {
         // Agents come in a few shapes: each kept once (a look-up in a set costs less than
-        // sorting every agent's vector; among a few candidates, a pass's templates, a look
-        // along them costs less than the set). The order kept changes no check's answer.
-        let mut all: Vec<V> = capacities.into_iter().collect();
+        // sorting every agent's vector; among a few candidates, a look along them costs less
+        // than the set). The order kept changes no check's answer.
+        let mut all: Vec<Vector> = capacities.into_iter().collect();
         if all.len() <= FEW_CANDIDATES {
             let mut kept = 0;
             for i in 0..all.len() {
@@ -81,17 +79,17 @@ impl<V: AsRef<[u64]> + Hash + Eq> Admission<V> {
             }
             all.truncate(kept);
         } else {
-            let distinct: HashSet<V, FixedState> = all.into_iter().collect();
+            let distinct: HashSet<Vector, FixedState> = all.into_iter().collect();
             all = distinct.into_iter().collect();
         }
         let mut largest = vec![0u64; index.len()].into_boxed_slice();
         for c in &all {
-            for (l, v) in largest.iter_mut().zip(c.as_ref()) {
+            for (l, v) in largest.iter_mut().zip(c.iter()) {
                 *l = (*l).max(*v);
             }
         }
         let dominated: Vec<bool> = (all.iter())
-            .map(|c| all.iter().any(|d| d != c && fits(c.as_ref(), d.as_ref())))
+            .map(|c| all.iter().any(|d| d != c && fits(c, d)))
             .collect();
         let frontier = (all.into_iter().zip(dominated))
             .filter_map(|(c, dominated)| (!dominated).then_some(c))
@@ -100,7 +98,7 @@ impl<V: AsRef<[u64]> + Hash + Eq> Admission<V> {
     }
 
     pub fn check(&self, index: &SlotIndex, need: &[u64]) -> Result<(), Infeasible> {
-        if self.frontier.iter().any(|c| fits(need, c.as_ref())) {
+        if self.frontier.iter().any(|c| fits(need, c)) {
             return Ok(());
         }
         if self.frontier.is_empty() {
@@ -122,7 +120,7 @@ impl<V: AsRef<[u64]> + Hash + Eq> Admission<V> {
             let slots_fit = self
                 .frontier
                 .iter()
-                .any(|c| fits(&need[..named], &c.as_ref()[..named]));
+                .any(|c| fits(&need[..named], &c[..named]));
             Err(if slots_fit {
                 Infeasible::NoDevices {
                     requested: index.slots(need),

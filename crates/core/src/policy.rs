@@ -565,11 +565,9 @@ fn launch_budget(
 fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
     let s = input.snapshot;
     // Agents per template, in one walk: each agent's template looked up by name among the
-    // few templates (unique names, the group's validation), lengths first; agents launched
-    // together come in runs of one template, so the last one found is tried first.
+    // few templates (unique names, the group's validation), lengths first.
     let templates = &s.group.templates;
     let mut agents = vec![0usize; templates.len()];
-    let mut last: Option<usize> = None;
     for a in s
         .agents
         .iter()
@@ -578,13 +576,8 @@ fn offers(input: &ScaleInput, launching: &Launching) -> Vec<Offer> {
         let Some(name) = a.template.as_deref() else {
             continue;
         };
-        let named = |t: &usize| same_text(&templates[*t].name, name);
-        let found = last
-            .filter(named)
-            .or_else(|| (0..templates.len()).find(named));
-        if let Some(t) = found {
+        if let Some(t) = templates.iter().position(|t| same_text(&t.name, name)) {
             agents[t] += 1;
-            last = Some(t);
         }
     }
     s.group
@@ -647,16 +640,16 @@ fn launch_for_demand<'o>(
     {
         (vec![0; templates.len()], vec![Vec::new(); classes.len()])
     } else {
-        let (offers, budget) = (offers(), budget.for_demand());
+        let (offers, launches) = (offers(), budget.for_demand());
         let packed = match input.prices {
             Some(memo) => planner::pack_remembering(
                 &classes,
                 offers,
-                budget,
+                launches,
                 headroom_deficit,
                 &mut memo.borrow_mut(),
             ),
-            None => planner::pack(&classes, offers, budget, headroom_deficit),
+            None => planner::pack(&classes, offers, launches, headroom_deficit),
         };
         (packed.launches, packed.served)
     };

@@ -384,12 +384,7 @@ impl Slots {
     }
 
     pub fn set(&mut self, name: SlotName, q: Quantity) {
-        match (self.0.binary_search_by(|(n, _)| n.cmp(&name)), q.is_zero()) {
-            (Ok(at), true) => _ = self.0.remove(at),
-            (Ok(at), false) => self.0[at].1 = q,
-            (Err(_), true) => {}
-            (Err(at), false) => self.0.insert(at, (name, q)),
-        }
+        self.change(&name, |_| q.0);
     }
 
     /// How many slots have an amount.

@@ -283,12 +283,11 @@ impl<'a> World<'a> {
                 let record = &mut self.sessions[j];
                 record.ended = Some(now);
                 let node = record.node.expect("a session that ends was placed");
-                let (slots, devices) = (&record.slots, std::mem::take(&mut record.devices));
-                let id = &self.nodes[node].id;
+                let devices = std::mem::take(&mut record.devices);
+                let (slots, id) = (&self.sessions[j].slots, &self.nodes[node].id);
                 self.carry.changed(id);
                 self.carry.ended(&self.jobs[j].owner, slots);
-                let at = (self.snapshot.agents.binary_search_by(|a| a.id.cmp(id)))
-                    .map_err(|_| gone(id))?;
+                let at = self.position(id).ok_or_else(|| gone(id))?;
                 let agent = &mut self.snapshot.agents[at];
                 agent.allocated.try_sub(slots).map_err(|e| {
                     SimError::Engine(format!("agent {id} frees more than it holds: {e}"))
