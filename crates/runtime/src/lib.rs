@@ -31,6 +31,7 @@ mod images;
 mod outputs;
 mod process;
 pub mod procfs;
+pub mod sandbox;
 /// The busybox test image, for tests of this crate and its users (the `testing` feature).
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

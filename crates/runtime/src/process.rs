@@ -39,6 +39,7 @@ use crate::cgroup::{CgroupParent, SessionCgroup};
 use crate::devices::device_environment;
 use crate::outputs::copy_outputs;
 use crate::procfs;
+use crate::sandbox::{self, Isolation, Sandbox, SandboxConfig, UidPool};
 use crate::tracking::{self, Mark, Tracker, COOKIE_VAR, ID_VAR};
 use crate::{validate_spec, Exit, RuntimeError, SessionPaths, SessionSpec};
 
@@ -70,6 +71,8 @@ pub struct ProcessConfig {
     pub use_cgroups: bool,
     /// `PATH` given to sessions whose environment sets none.
     pub path: String,
+    /// What keeps sessions from the agent and from each other (`crate::sandbox`).
+    pub sandbox: SandboxConfig,
 }
 
 impl Default for ProcessConfig {
@@ -78,6 +81,7 @@ impl Default for ProcessConfig {
             cgroup_parent: None,
             use_cgroups: true,
             path: DEFAULT_PATH.to_string(),
+            sandbox: SandboxConfig::default(),
         }
     }
 }
@@ -95,6 +99,9 @@ struct ProcessRecord {
     /// before there was one).
     #[serde(default)]
     cookie: Option<String>,
+    /// The uid of the pool it runs as (a root agent's sandbox).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<u32>,
 }
 
 impl ProcessRecord {
@@ -137,6 +144,10 @@ pub struct ProcessRuntime {
     tracker: Arc<Tracker>,
     /// The task that looks at running sessions' processes, once one runs.
     looking: OnceLock<AbortHandle>,
+    /// Whether this host can sandbox sessions (`Err`: why not), tried at the first start.
+    sandboxing: OnceLock<Result<(), String>>,
+    /// The uids running sessions hold (a root agent's sandbox).
+    uids: Arc<UidPool>,
 }
 
 impl ProcessRuntime {
@@ -160,6 +171,69 @@ impl ProcessRuntime {
             sessions: Mutex::new(HashMap::new()),
             tracker: Arc::new(Tracker::default()),
             looking: OnceLock::new(),
+            sandboxing: OnceLock::new(),
+            uids: Arc::new(UidPool::default()),
+        }
+    }
+
+    /// The sandbox for a session about to start, `None` unsandboxed (`Err`: why the session
+    /// cannot start).
+    fn sandbox_for(
+        &self,
+        paths: &SessionPaths,
+        work: &Path,
+        work_root: &Path,
+    ) -> Result<Option<(Sandbox, Option<u32>)>, String> {
+        let config = &self.config.sandbox;
+        if config.isolation == Isolation::Off {
+            return Ok(None);
+        }
+        let usable = self.sandboxing.get_or_init(|| {
+            let probe = sandbox::available(work_root);
+            match &probe {
+                Ok(()) => tracing::info!("process runtime: sessions run sandboxed"),
+                Err(why) if config.isolation == Isolation::Auto => tracing::warn!(
+                    why,
+                    "process runtime: this host cannot sandbox sessions; they run as the \
+                     agent's account and see what it sees (docs/security.md)"
+                ),
+                Err(why) => tracing::error!(why, "process runtime: sessions cannot be sandboxed"),
+            }
+            probe
+        });
+        if let Err(why) = usable {
+            return match config.isolation {
+                Isolation::Auto => Ok(None),
+                _ => Err(format!("the agent must sandbox sessions and cannot: {why}")),
+            };
+        }
+        let tmp = paths.dir.join("tmp");
+        fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+        let uid = if sandbox::is_root() {
+            let uid = self
+                .uids
+                .take(config.first_uid, config.uid_count)
+                .ok_or("every uid of the agent's session pool is in use")?;
+            // Its files are its own; nothing else of the agent's is.
+            for dir in [work, tmp.as_path()] {
+                if let Err(e) = sandbox::chown_tree(dir, uid) {
+                    self.uids.give_back(uid);
+                    return Err(format!("giving {} to uid {uid}: {e}", dir.display()));
+                }
+            }
+            Some(uid)
+        } else {
+            None
+        };
+        let covered = sandbox::covered(work_root, &config.hide);
+        match Sandbox::new(work, &tmp, &covered, uid, LEFTOVER_GRACE) {
+            Ok(sandbox) => Ok(Some((sandbox, uid))),
+            Err(e) => {
+                if let Some(uid) = uid {
+                    self.uids.give_back(uid);
+                }
+                Err(format!("preparing the sandbox: {e}"))
+            }
         }
     }
 
@@ -258,6 +332,18 @@ impl ProcessRuntime {
             );
         }
 
+        let (sandbox, uid) = match self.sandbox_for(&paths, &work, work_root) {
+            Ok(Some((sandbox, uid))) => (Some(sandbox), uid),
+            Ok(None) => (None, None),
+            Err(why) => {
+                if let Some(cg) = &cgroup {
+                    cg.remove().await;
+                }
+                self.not_started(id, why);
+                return Ok(());
+            }
+        };
+
         let cookie = tracking::new_cookie();
         let mut command = Command::new(program);
         command
@@ -300,6 +386,10 @@ impl ProcessRuntime {
                 }
                 Ok(())
             });
+            if let Some(sandbox) = sandbox {
+                // After the cgroup and the limits, which the sandbox's processes inherit.
+                command.pre_exec(move || sandbox.enter());
+            }
         }
 
         let spawned = command.spawn();
@@ -310,17 +400,10 @@ impl ProcessRuntime {
                 if let Some(cg) = &cgroup {
                     cg.remove().await;
                 }
-                let why = format!("could not start {program:?}: {e}");
-                tracing::warn!(session = id, error = %e, "session could not start");
-                let (_tx, exit) = watch::channel(Some(Exit::Failed(why)));
-                self.sessions().insert(
-                    id.to_string(),
-                    Tracked {
-                        process: None,
-                        exit,
-                        task: None,
-                    },
-                );
+                if let Some(uid) = uid {
+                    self.uids.give_back(uid);
+                }
+                self.not_started(id, format!("could not start {program:?}: {e}"));
                 return Ok(());
             }
         };
@@ -332,6 +415,7 @@ impl ProcessRuntime {
             start_time,
             cgroup: cgroup.as_ref().map(|c| c.path.clone()),
             cookie: Some(cookie),
+            uid,
         };
         let pid_file = paths.dir.join(PID_FILE);
         if let Err(e) = write_record(&pid_file, &record) {
@@ -348,6 +432,7 @@ impl ProcessRuntime {
             record.clone(),
             pid_file,
             Arc::clone(&self.tracker),
+            Arc::clone(&self.uids),
             tx,
         ));
         self.sessions().insert(
@@ -359,6 +444,20 @@ impl ProcessRuntime {
             },
         );
         Ok(())
+    }
+
+    /// Records that session `id` could not start, and why (its `wait` says so).
+    fn not_started(&self, id: &str, why: String) {
+        tracing::warn!(session = id, why, "session could not start");
+        let (_tx, exit) = watch::channel(Some(Exit::Failed(why)));
+        self.sessions().insert(
+            id.to_string(),
+            Tracked {
+                process: None,
+                exit,
+                task: None,
+            },
+        );
     }
 
     /// See [`crate::Runtime::wait`].
@@ -444,12 +543,16 @@ impl ProcessRuntime {
             tracing::info!(session = %id, pid = record.pid, "adopted a session started before a restart");
             self.tracker.watch(&id, record.mark());
             self.keep_looking();
+            if let Some(uid) = record.uid {
+                self.uids.keep(uid);
+            }
             let (tx, exit) = watch::channel(None);
             let task = tokio::spawn(watch_adopted(
                 id.clone(),
                 record.clone(),
                 pid_file,
                 Arc::clone(&self.tracker),
+                Arc::clone(&self.uids),
                 tx,
             ));
             self.sessions().insert(
@@ -607,6 +710,7 @@ async fn watch_child(
     record: ProcessRecord,
     pid_file: PathBuf,
     tracker: Arc<Tracker>,
+    uids: Arc<UidPool>,
     tx: watch::Sender<Option<Exit>>,
 ) {
     let exit = match child.wait().await {
@@ -615,6 +719,9 @@ async fn watch_child(
     };
     tracing::info!(session = %id, %exit, "session ended");
     clean_up(&tracker, &id, &record, &pid_file).await;
+    if let Some(uid) = record.uid {
+        uids.give_back(uid);
+    }
     tx.send_replace(Some(exit));
 }
 
@@ -624,6 +731,7 @@ async fn watch_adopted(
     record: ProcessRecord,
     pid_file: PathBuf,
     tracker: Arc<Tracker>,
+    uids: Arc<UidPool>,
     tx: watch::Sender<Option<Exit>>,
 ) {
     while procfs::is_same_live_process(record.pid, record.start_time) {
@@ -631,6 +739,9 @@ async fn watch_adopted(
     }
     tracing::info!(session = %id, "adopted session ended");
     clean_up(&tracker, &id, &record, &pid_file).await;
+    if let Some(uid) = record.uid {
+        uids.give_back(uid);
+    }
     tx.send_replace(Some(Exit::Failed(
         "exit status unknown: the session ended after the agent that started it restarted".into(),
     )));
@@ -687,6 +798,7 @@ mod tests {
             start_time: 7,
             cgroup: Some("/sys/fs/cgroup/corral-a".into()),
             cookie: Some("c00c1e".into()),
+            uid: None,
         };
         write_record(&path, &record).unwrap();
         assert_eq!(read_record(&path), Some(record.clone()));
