@@ -13,9 +13,40 @@ use corral_api::agent_builds::UpdateOrder;
 use corral_api::Client;
 use tokio::io::AsyncWriteExt;
 
-/// The new process takes the agent's own token from here (and removes it from its
-/// environment), so that it joins again with it: a bootstrap token may be spent.
+/// The new process reads the agent's own token from the pipe this names (a descriptor
+/// number), so that it joins again with it: a bootstrap token may be spent. A pipe, not the
+/// environment: `/proc/<pid>/environ` keeps what a process was started with.
+pub const RESUME_FD_ENV: &str = "CORRAL_AGENT_RESUME_FD";
+/// Where builds before [`RESUME_FD_ENV`] passed the token; still read from them (and removed
+/// from the environment).
 pub const RESUME_TOKEN_ENV: &str = "CORRAL_AGENT_RESUME_TOKEN";
+/// The longest token read from the pipe.
+const RESUME_TOKEN_MAX: u64 = 4096;
+
+/// Reads the token from the pipe descriptor `fd` (as [`RESUME_FD_ENV`] gives it) and closes it.
+pub fn read_resume_pipe(fd: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let fd: i32 = fd
+        .trim()
+        .parse()
+        .ok()
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| std::io::Error::other(format!("{fd:?} is not a descriptor")))?;
+    // It must be a pipe: a number pointing at anything else is not taken over.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes into `st` only.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        return Err(std::io::Error::other(format!(
+            "descriptor {fd} is not a pipe"
+        )));
+    }
+    // SAFETY: the descriptor was handed to this process to be read and closed, once.
+    let pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut token = String::new();
+    pipe.take(RESUME_TOKEN_MAX).read_to_string(&mut token)?;
+    Ok(token.trim().to_string())
+}
 /// How long a new build gets to say its version.
 const START_CHECK: Duration = Duration::from_secs(30);
 
@@ -173,14 +204,73 @@ fn sync_dir(dir: &Path) {
 
 #[cfg(unix)]
 fn exec(me: &SelfUpdate, token: &str) -> std::io::Error {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
-    std::process::Command::new(&me.exe)
+    // The token waits in a pipe whose read end alone survives the exec; it fits the pipe's
+    // buffer, so the write never blocks.
+    let mut ends = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `ends`.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return std::io::Error::last_os_error();
+    }
+    // SAFETY: both descriptors were just made and are owned here alone.
+    let (read_end, mut write_end) = unsafe {
+        use std::os::fd::FromRawFd;
+        (
+            std::os::fd::OwnedFd::from_raw_fd(ends[0]),
+            std::fs::File::from_raw_fd(ends[1]),
+        )
+    };
+    if let Err(e) = write_end.write_all(token.as_bytes()) {
+        return e;
+    }
+    drop(write_end);
+    let fd = read_end.as_raw_fd();
+    // SAFETY: fcntl on a descriptor owned here: it is to survive the exec.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+        return std::io::Error::last_os_error();
+    }
+    let error = std::process::Command::new(&me.exe)
         .args(&me.args)
-        .env(RESUME_TOKEN_ENV, token)
-        .exec()
+        .env(RESUME_FD_ENV, fd.to_string())
+        .env_remove(RESUME_TOKEN_ENV)
+        .exec();
+    drop(read_end);
+    error
 }
 
 #[cfg(not(unix))]
 fn exec(_: &SelfUpdate, _: &str) -> std::io::Error {
     std::io::Error::other("an agent updates itself on Unix only")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::{FromRawFd, IntoRawFd};
+
+    #[test]
+    fn the_token_is_read_from_a_pipe_and_nothing_else() {
+        let mut ends = [0; 2];
+        // SAFETY: pipe2 writes two descriptors into `ends`.
+        assert_eq!(
+            unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) },
+            0
+        );
+        // SAFETY: the write end was just made and is owned here alone.
+        let mut write_end = unsafe { std::fs::File::from_raw_fd(ends[1]) };
+        write_end.write_all(b"corral_abc\n").unwrap();
+        drop(write_end);
+        assert_eq!(
+            read_resume_pipe(&ends[0].to_string()).unwrap(),
+            "corral_abc"
+        );
+        // A descriptor of a file, standard input and garbage are not taken.
+        let file = tempfile::tempfile().unwrap().into_raw_fd();
+        assert!(read_resume_pipe(&file.to_string()).is_err());
+        assert!(read_resume_pipe("0").is_err());
+        assert!(read_resume_pipe("x").is_err());
+    }
 }

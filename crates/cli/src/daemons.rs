@@ -82,6 +82,74 @@ pub struct AgentArgs {
         default_value = "http://169.254.169.254"
     )]
     pub imds_endpoint: String,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+}
+
+/// How the process runtime keeps sessions from the agent and from each other
+/// (docs/security.md).
+#[derive(Args, Clone, Default)]
+pub struct SandboxArgs {
+    /// `auto`: sandbox sessions where this host can (mount and PID namespaces; as root, a uid
+    /// of their own), else run them as the agent's account with a warning; `on`: a session
+    /// that cannot be sandboxed fails (pilot agents); `off`: never, sessions see what the
+    /// agent's account sees (docs/security.md).
+    #[arg(long, env = "CORRAL_AGENT_ISOLATION", value_enum, default_value_t)]
+    pub isolation: IsolationKind,
+    /// A path sessions must not see, covered by an empty directory in their sandbox (the
+    /// agent's work directory always is); repeat for more.
+    #[arg(long = "hide", value_name = "PATH")]
+    pub hide: Vec<PathBuf>,
+    /// The uids an agent running as root runs sessions as, one per running session (each with
+    /// the gid of the same number).
+    #[arg(long, value_name = "FIRST-LAST", value_parser = parse_uid_range)]
+    pub session_uids: Option<(u32, u32)>,
+}
+
+#[derive(Clone, Copy, Default, ValueEnum)]
+pub enum IsolationKind {
+    Auto,
+    On,
+    #[default]
+    Off,
+}
+
+impl SandboxArgs {
+    fn config(&self) -> corral_runtime::sandbox::SandboxConfig {
+        use corral_runtime::sandbox::{Isolation, SandboxConfig};
+        let mut config = SandboxConfig {
+            isolation: match self.isolation {
+                IsolationKind::Auto => Isolation::Auto,
+                IsolationKind::On => Isolation::On,
+                IsolationKind::Off => Isolation::Off,
+            },
+            hide: self.hide.clone(),
+            ..SandboxConfig::default()
+        };
+        if let Some((first, last)) = self.session_uids {
+            config.first_uid = first;
+            config.uid_count = last - first + 1;
+        }
+        config
+    }
+}
+
+fn parse_uid_range(text: &str) -> Result<(u32, u32), String> {
+    let (first, last) = text
+        .split_once('-')
+        .ok_or_else(|| format!("{text:?} is not FIRST-LAST"))?;
+    let number = |t: &str| {
+        t.trim()
+            .parse::<u32>()
+            .map_err(|e| format!("{t:?} is not a uid: {e}"))
+    };
+    let (first, last) = (number(first)?, number(last)?);
+    if first == 0 || last < first {
+        return Err(format!(
+            "{text:?}: the range must be FIRST-LAST with 0 < FIRST <= LAST (uid 0 is root)"
+        ));
+    }
+    Ok((first, last))
 }
 
 #[derive(Clone, Copy, Default, ValueEnum)]
@@ -104,11 +172,18 @@ fn host_name() -> String {
 }
 
 /// The runtime sessions of agent `agent` run in.
-pub async fn runtime_of(kind: RuntimeKind, agent: &str) -> Result<Runtime> {
+pub async fn runtime_of(
+    kind: RuntimeKind,
+    agent: &str,
+    sandbox: corral_runtime::sandbox::SandboxConfig,
+) -> Result<Runtime> {
     Ok(match kind {
-        RuntimeKind::Process => {
-            Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()))
-        }
+        RuntimeKind::Process => Runtime::Process(corral_runtime::ProcessRuntime::new(
+            corral_runtime::ProcessConfig {
+                sandbox,
+                ..Default::default()
+            },
+        )),
         RuntimeKind::Docker => Runtime::Docker(
             corral_runtime::DockerRuntime::connect(agent)
                 .await
@@ -215,7 +290,7 @@ pub fn run_agent(
         .with_context(|| format!("--work-dir {}", config.work_root.display()))?;
     start_guard(&config.work_root, args.runtime, &config.id);
     rt.block_on(async {
-        let runtime = runtime_of(args.runtime, &config.id).await?;
+        let runtime = runtime_of(args.runtime, &config.id, args.sandbox.config()).await?;
         corral_agent::run(config, runtime, crate::stop_signal())
             .await
             .map_err(anyhow::Error::from)
@@ -243,7 +318,8 @@ pub fn run_guard(args: GuardArgs) -> Result<()> {
     crate::init_logs(crate::LogFormat::Text);
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
-        let runtime = runtime_of(args.runtime, &args.agent_id).await?;
+        // It stops sessions and starts none: no sandbox to probe.
+        let runtime = runtime_of(args.runtime, &args.agent_id, Default::default()).await?;
         corral_agent::guard::run(&args.work_dir, runtime, args.agent_pid)
             .await
             .with_context(|| format!("the guard of {}", args.work_dir.display()))
@@ -293,15 +369,55 @@ fn start_guard(work_dir: &Path, runtime: RuntimeKind, agent_id: &str) {
 /// The agent's own token, passed on by the agent this one replaced (see [`take_resume_token`]).
 static RESUME_TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
-/// Takes the token an updating agent passes to its new build out of the environment, so that
-/// no session inherits it. Called first thing in `main`, before any thread starts.
+/// Takes the token an updating agent passes to its new build: read from the pipe it names
+/// (`update::RESUME_FD_ENV`), or, from a build older than that, out of the environment. Called
+/// first thing in `main`, before any thread starts.
 pub(crate) fn take_resume_token() {
-    let name = corral_agent::update::RESUME_TOKEN_ENV;
-    if let Some(token) = std::env::var_os(name) {
+    use corral_agent::update::{RESUME_FD_ENV, RESUME_TOKEN_ENV};
+    let from_pipe = std::env::var(RESUME_FD_ENV).ok().map(|fd| {
         // SAFETY: no other thread exists yet to read the environment meanwhile.
-        unsafe { std::env::remove_var(name) };
-        let _ = RESUME_TOKEN.set(token.to_string_lossy().into_owned());
+        unsafe { std::env::remove_var(RESUME_FD_ENV) };
+        corral_agent::update::read_resume_pipe(&fd)
+    });
+    let from_env = std::env::var_os(RESUME_TOKEN_ENV).map(|token| {
+        // SAFETY: as above.
+        unsafe { std::env::remove_var(RESUME_TOKEN_ENV) };
+        token.to_string_lossy().into_owned()
+    });
+    match from_pipe {
+        Some(Ok(token)) => {
+            let _ = RESUME_TOKEN.set(token);
+        }
+        Some(Err(e)) => {
+            let _ = writeln_stderr(&format!(
+                "error: reading the agent's token from the update's pipe: {e}"
+            ));
+        }
+        None => {
+            if let Some(token) = from_env {
+                let _ = RESUME_TOKEN.set(token);
+            }
+        }
     }
+}
+
+/// Daemons that hold credentials (the agent's token, the manager's secrets) keep them from
+/// other processes of their account, sessions first: a process that is not dumpable has its
+/// `/proc/<pid>/` entries (environ, mem, fd) owned by root, and cannot be traced.
+pub(crate) fn keep_memory_private() {
+    // SAFETY: prctl with PR_SET_DUMPABLE reads no memory of ours.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        let e = std::io::Error::last_os_error();
+        let _ = writeln_stderr(&format!(
+            "warning: cannot make this process undumpable ({e}): processes of its account can read its memory"
+        ));
+    }
+}
+
+/// A line on standard error that never panics (a closed standard error is not fatal).
+fn writeln_stderr(line: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    writeln!(std::io::stderr(), "{line}")
 }
 
 /// Reads the metadata source until it holds a bootstrap token (two minutes at most), unless one
@@ -340,6 +456,8 @@ pub struct DevArgs {
     /// How log lines are written to standard error.
     #[arg(long, env = "CORRAL_LOG_FORMAT", value_enum, default_value_t)]
     pub log_format: crate::LogFormat,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// The group `corral dev` creates and its agent joins.
@@ -390,7 +508,14 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             self_update: None,
             resume_token: None,
         };
-        let runtime = runtime_of(args.runtime, "dev-agent").await?;
+        // Its sessions see neither the manager's data (the admin token) nor the client
+        // configuration this command writes.
+        let mut sandbox = args.sandbox.config();
+        sandbox.hide.push(args.data_dir.clone());
+        if let Some(dir) = client_config_path().as_deref().and_then(Path::parent) {
+            sandbox.hide.push(dir.to_path_buf());
+        }
+        let runtime = runtime_of(args.runtime, "dev-agent", sandbox).await?;
         let mut agent = tokio::spawn(corral_agent::run(agent, runtime, std::future::pending()));
         // Say "ready" only once the agent has joined, so the first `session run` finds it.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

@@ -187,6 +187,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    daemons::keep_memory_private();
     daemons::take_resume_token();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Err(e) = server_config::apply::<Cli>(&args) {

@@ -252,6 +252,15 @@ fn an_idle_agent_updates_itself_and_a_corrupt_build_changes_nothing() {
         u1.0.try_wait().unwrap().is_none(),
         "the same process runs on"
     );
+    // Its token came over a pipe: what the process was started with (which a session of the
+    // same account could read in /proc) does not hold it (issue 43, item 10).
+    let environ = std::fs::read(format!("/proc/{}/environ", u1.0.id())).unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    assert!(
+        !environ.contains("CORRAL_AGENT_RESUME_TOKEN"),
+        "the token is in the updated agent's environment"
+    );
+    assert!(environ.contains("CORRAL_AGENT_RESUME_FD="), "{environ}");
     assert_eq!(
         says_version(&a),
         "corral 9.0.0-b",
