@@ -203,6 +203,7 @@ def defuse(provider):
     batch = options.get("batch") if provider.get("name") == "batch" else None
     if isinstance(batch, dict) and isinstance(batch.get("options"), dict):
         batch["options"]["run_as"] = "corral-nobody"
+        batch["options"].pop("run_as_manager", None)
         if batch.get("system") == "exec":
             batch["options"]["command"] = "/nonexistent/plugin"
         else:
@@ -254,6 +255,10 @@ def before_call(ctx, case, kwargs):
             params["name"] = "fx2"
         if body is not None and isinstance(body.get("options"), dict):
             body["options"]["bin_dir"] = "/nonexistent/bin"
+            # Jobs run as an account of their own: a binding without one is refused (a rule
+            # across fields, and the manager's account, that the schema cannot state).
+            body["options"]["run_as"] = "corral-nobody"
+            body["options"].pop("run_as_manager", None)
             # Nor do they take the group's sessions (whose submits would reach no scheduler).
             if "work_dir" in body["options"]:
                 body["options"]["sessions"] = False

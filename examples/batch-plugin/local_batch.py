@@ -106,8 +106,10 @@ def start(job):
             stderr = subprocess.STDOUT if same else files.enter_context(open(job["stderr"], "ab"))
             # A session of its own: it outlives this call, and is cancelled as a group. Its
             # output goes to files, never to ours (Corral waits for our output to close).
+            # The job knows its own id, as every scheduler's jobs do (a pilot names itself).
+            env = dict(os.environ, CORRAL_BATCH_JOB_ID=str(job["id"]))
             proc = subprocess.Popen(argv, cwd=job["directory"], stdin=stdin, stdout=stdout,
-                                    stderr=stderr, start_new_session=True)
+                                    stderr=stderr, env=env, start_new_session=True)
     except OSError as e:
         job["error"] = f"could not start: {e}"
         job["ended_at"] = int(time.time())

@@ -84,6 +84,9 @@ pub struct Config {
     /// Its own token from before it replaced itself (`update::RESUME_TOKEN_ENV`): it joins
     /// again with it first.
     pub resume_token: Option<String>,
+    /// A pilot's batch job id, as its scheduler set it (`corral agent --batch-job`): the
+    /// manager takes a pilot's bootstrap token only from that job.
+    pub batch_job: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +236,7 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         devices,
         version: Some(corral_api::agent_builds::version().to_string()),
         platform: Some(corral_api::agent_builds::platform()),
+        batch_job: config.batch_job.clone(),
     };
     let _ = agent.devices.set(OwnDevices {
         capacity: join.capacity.clone(),
@@ -301,6 +305,12 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
         };
         let joined = match attempt {
             Ok(j) => j,
+            // 503: not yet (a pilot whose job the manager has not recorded yet): try again.
+            Err(e @ ClientError::Refused { status: 503, .. }) => {
+                tracing::warn!(error = %e, "join deferred; retrying");
+                tokio::time::sleep(join_retry.next().unwrap_or(MAX_JOIN_RETRY_WAIT)).await;
+                continue;
+            }
             Err(e @ ClientError::Refused { .. }) => return Err(e.into()),
             Err(e) => {
                 tracing::warn!(error = %e, "join failed; retrying");

@@ -16,6 +16,12 @@ use sha2::{Digest, Sha256};
 const PUBLIC_PREFIX: &str = "ed25519:";
 /// The PEM label of a PKCS#8 private key (as `openssl genpkey -algorithm ed25519` writes it).
 const PEM_LABEL: &str = "PRIVATE KEY";
+/// A PKCS#8 v1 Ed25519 private key (RFC 8410, section 10.3) up to its 32-byte seed:
+/// SEQUENCE (46 bytes) { INTEGER 0 (v1), SEQUENCE { OID 1.3.101.112 (Ed25519) },
+/// OCTET STRING (34 bytes) { OCTET STRING (32 bytes): the seed } }.
+const PKCS8_V1_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
@@ -100,12 +106,18 @@ impl fmt::Debug for AgentKey {
 }
 
 impl AgentKey {
-    /// A new key pair from the system's random source.
+    /// A new key pair from the system's random source, kept as PKCS#8 v1 (RFC 8410), the
+    /// form `openssl genpkey` writes and OpenSSL 3.0 reads: ring's own document is v2 (with
+    /// the public key), which OpenSSL 3.0 refuses as unsupported.
     pub fn generate() -> Result<AgentKey, KeyError> {
-        let rng = ring::rand::SystemRandom::new();
-        let document = Ed25519KeyPair::generate_pkcs8(&rng)
+        use ring::rand::SecureRandom;
+        let mut seed = [0u8; 32];
+        ring::rand::SystemRandom::new()
+            .fill(&mut seed)
             .map_err(|_| KeyError::PrivateKey("the system's random source failed".into()))?;
-        Self::from_pkcs8(document.as_ref())
+        let mut pkcs8 = PKCS8_V1_PREFIX.to_vec();
+        pkcs8.extend_from_slice(&seed);
+        Self::from_pkcs8(&pkcs8)
     }
 
     fn from_pkcs8(pkcs8: &[u8]) -> Result<AgentKey, KeyError> {
@@ -304,6 +316,29 @@ mod tests {
             AgentKey::from_pem("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"),
             Err(KeyError::PrivateKey(_))
         ));
+    }
+
+    /// A new key is written as PKCS#8 v1, as OpenSSL writes one (and v1 is what OpenSSL 3.0
+    /// reads): version 0, no public key; the v2 keys written before are still read.
+    #[test]
+    fn a_new_key_is_pkcs8_v1_and_v2_keys_are_still_read() {
+        let key = AgentKey::generate().unwrap();
+        let der = pem::parse(key.to_pem()).unwrap().into_contents();
+        assert_eq!(der.len(), 48, "{der:02x?}");
+        // SEQUENCE, then INTEGER of one byte: the version, 0 for v1.
+        assert_eq!(&der[..5], [0x30, 0x2e, 0x02, 0x01, 0x00], "{der:02x?}");
+        assert_eq!(&der[..16], PKCS8_V1_PREFIX);
+        let again = AgentKey::from_pem(&key.to_pem()).unwrap();
+        assert_eq!(again.public(), key.public());
+
+        let rng = ring::rand::SystemRandom::new();
+        let v2 = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        assert_eq!(v2.as_ref()[4], 1, "ring writes v2");
+        let pem = pem::encode(&pem::Pem::new(PEM_LABEL, v2.as_ref().to_vec()));
+        let read = AgentKey::from_pem(&pem).unwrap();
+        let pair = Ed25519KeyPair::from_pkcs8(v2.as_ref()).unwrap();
+        assert_eq!(read.public().0, pair.public_key().as_ref());
+        assert_eq!(read.to_pem(), pem, "a v2 key is kept as it was written");
     }
 
     /// A key OpenSSL wrote (`openssl genpkey -algorithm ed25519`, PKCS#8 v1) is read, and its

@@ -17,6 +17,9 @@ pub const ENV_CAPACITY: &str = "CORRAL_AGENT_CAPACITY";
 /// for an agent whose end is known: a pilot job's walltime. Not in [`AGENT_ENV`]: an operator
 /// may set it.
 pub const ENV_DRAIN_AFTER: &str = "CORRAL_AGENT_DRAIN_AFTER";
+/// A pilot job's own id, as its scheduler gave it to the job (`corral agent --batch-job`): the
+/// manager takes the pilot's bootstrap token only from that job, while it runs.
+pub const ENV_BATCH_JOB: &str = "CORRAL_AGENT_BATCH_JOB";
 /// The variables a provider sets itself, which operators' extra variables may not replace.
 pub const AGENT_ENV: [&str; 5] = [ENV_SERVER, ENV_TOKEN, ENV_GROUP, ENV_ID, ENV_CAPACITY];
 

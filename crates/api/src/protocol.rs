@@ -33,6 +33,11 @@ pub struct JoinRequest {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<corral_core::openapi::Platform>))]
     pub platform: Option<String>,
+    /// A pilot's batch job, as its scheduler gave the job its id: a bootstrap token minted
+    /// for a pilot joins only from its job, while the scheduler says that job runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<corral_batch::openapi::JobId>))]
+    pub batch_job: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

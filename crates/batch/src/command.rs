@@ -106,45 +106,12 @@ impl Commands {
         args: &[String],
         input: Option<&[u8]>,
     ) -> Result<(Option<i32>, Vec<u8>, Vec<u8>), BatchError> {
-        let path = match &self.bin_dir {
-            Some(dir) => dir.join(program),
-            None => PathBuf::from(program),
-        };
-        let mut command = match &self.run_as {
-            None => {
-                let mut command = tokio::process::Command::new(&path);
-                command.args(args);
-                command
-            }
-            Some(account) => as_account(account, &self.env, &path, args),
-        };
-        // Nothing of the manager's environment but PATH: schedulers pass the submitter's
-        // environment on to the job (sbatch's --export=ALL, bsub), and the manager's may hold
-        // its secrets key.
-        command
-            .env_clear()
-            .envs(std::env::var_os("PATH").map(|path| ("PATH", path)))
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(if input.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so that a timeout kills what it started too.
-            .process_group(0)
-            .kill_on_drop(true);
+        let path = self.path(program);
         let io = |source| BatchError::Io {
             command: program.to_string(),
             source,
         };
-        let mut child = command.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => BatchError::CommandMissing {
-                command: path.display().to_string(),
-            },
-            _ => io(e),
-        })?;
+        let mut child = self.spawn(program, args, input.is_some())?;
         let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
         if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
             let data = data.to_vec();
@@ -173,6 +140,81 @@ impl Commands {
         }
     }
 
+    fn path(&self, program: &str) -> PathBuf {
+        match &self.bin_dir {
+            Some(dir) => dir.join(program),
+            None => PathBuf::from(program),
+        }
+    }
+
+    /// Starts `program args` (as `run_as`, if set) with its output piped, in a process group
+    /// of its own, killed if dropped.
+    fn spawn(
+        &self,
+        program: &str,
+        args: &[String],
+        input: bool,
+    ) -> Result<tokio::process::Child, BatchError> {
+        let path = self.path(program);
+        let mut command = match &self.run_as {
+            None => {
+                let mut command = tokio::process::Command::new(&path);
+                command.args(args);
+                command
+            }
+            Some(account) => as_account(account, &self.env, &path, args),
+        };
+        // Nothing of the manager's environment but PATH: schedulers pass the submitter's
+        // environment on to the job (sbatch's --export=ALL, bsub), and the manager's may hold
+        // its secrets key.
+        command
+            .env_clear()
+            .envs(std::env::var_os("PATH").map(|path| ("PATH", path)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(if input { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so that a timeout kills what it started too.
+            .process_group(0)
+            .kill_on_drop(true);
+        command.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => BatchError::CommandMissing {
+                command: path.display().to_string(),
+            },
+            _ => BatchError::Io {
+                command: program.to_string(),
+                source: e,
+            },
+        })
+    }
+
+    /// Starts `program args` (as `run_as`, if set) for its output to be read as it comes,
+    /// rather than collected: its standard output, and the [`Reading`] that kills it and what
+    /// it started when dropped. No timeout: the reader decides how long to wait.
+    pub fn start_reading(
+        &self,
+        program: &str,
+        args: &[String],
+    ) -> Result<(Reading, tokio::process::ChildStdout), BatchError> {
+        let mut child = self.spawn(program, args, false)?;
+        let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(BatchError::Io {
+                command: program.to_string(),
+                source: std::io::Error::other("no pipe to the command"),
+            });
+        };
+        let reading = Reading {
+            program: program.to_string(),
+            run_as: self.run_as.is_some(),
+            path: self.path(program),
+            child,
+            pgid,
+            stderr: Some(stderr),
+        };
+        Ok((reading, stdout))
+    }
+
     /// Runs a command that must succeed; a failure is the scheduler refusing, in its words.
     pub async fn run_ok(
         &self,
@@ -189,6 +231,63 @@ impl Commands {
                 scheduler,
                 message: answer.complaint(),
             })
+        }
+    }
+}
+
+/// A command started by [`Commands::start_reading`], whose standard output is read as it
+/// comes. Dropped, it is killed with its process group (a client that went away stops it).
+#[derive(Debug)]
+pub struct Reading {
+    program: String,
+    run_as: bool,
+    path: PathBuf,
+    child: tokio::process::Child,
+    pgid: i32,
+    stderr: Option<tokio::process::ChildStderr>,
+}
+
+impl Reading {
+    /// Waits (up to `timeout`) for the command to end: its exit code (`None`: killed by a
+    /// signal) and the start of its standard error.
+    pub async fn finish(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<(Option<i32>, Vec<u8>), BatchError> {
+        use tokio::io::AsyncReadExt;
+        let mut stderr = Vec::new();
+        let io = |source| BatchError::Io {
+            command: self.program.clone(),
+            source,
+        };
+        let ended = async {
+            if let Some(pipe) = self.stderr.take() {
+                // Enough to say what went wrong; the rest is not kept.
+                pipe.take(64 << 10).read_to_end(&mut stderr).await?;
+            }
+            self.child.wait().await
+        };
+        match tokio::time::timeout(timeout, ended).await {
+            Ok(Ok(status)) if self.run_as && status.code() == Some(127) => {
+                Err(BatchError::CommandMissing {
+                    command: self.path.display().to_string(),
+                })
+            }
+            Ok(Ok(status)) => Ok((status.code(), stderr)),
+            Ok(Err(e)) => Err(io(e)),
+            Err(_) => Err(BatchError::Timeout {
+                command: self.program.clone(),
+                secs: timeout.as_secs(),
+            }),
+        }
+    }
+}
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        // The child itself is killed on drop; what it started, with its group.
+        if self.pgid > 0 && matches!(self.child.try_wait(), Ok(None)) {
+            let _ = corral_runtime::procfs::signal_group(self.pgid, libc::SIGKILL);
         }
     }
 }

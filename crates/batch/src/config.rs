@@ -23,6 +23,18 @@ pub enum SystemName {
 }
 
 impl SystemName {
+    /// The variable that holds a job's own id in its environment (a plugin sets
+    /// `CORRAL_BATCH_JOB_ID` for its jobs, docs/plugins.md): how a pilot job names itself.
+    pub fn job_id_variable(self) -> &'static str {
+        match self {
+            SystemName::Slurm => "SLURM_JOB_ID",
+            SystemName::GridEngine => "JOB_ID",
+            SystemName::Pbs => "PBS_JOBID",
+            SystemName::Lsf => "LSB_JOBID",
+            SystemName::Exec => "CORRAL_BATCH_JOB_ID",
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             SystemName::Slurm => "slurm",
@@ -63,10 +75,15 @@ pub struct BatchOptions {
     /// Grid Engine: the parallel environment for jobs of more than one slot.
     #[serde(default)]
     pub parallel_environment: Option<String>,
-    /// The Unix account the scheduler's commands run as, and so its jobs [default: the
-    /// manager's own]. Give one: jobs run as the manager's account could read its data.
+    /// The Unix account the scheduler's commands run as, and so its jobs. Required, unless
+    /// `run_as_manager` is set: jobs run as the manager's account could read its data.
     #[serde(default)]
     pub run_as: Option<String>,
+    /// Without `run_as`: run the jobs as the manager's own account, knowing that they can read
+    /// what it can (its database, its admin token) [default: false]. Refused when the manager
+    /// runs as root.
+    #[serde(default)]
+    pub run_as_manager: bool,
     /// PBS: `pbspro` (also OpenPBS) or `torque` [default: pbspro].
     #[serde(default)]
     pub flavor: Option<PbsFlavor>,
@@ -109,8 +126,39 @@ impl BatchConfig {
         Ok(config)
     }
 
-    /// Checks what the types cannot say; fields are named as in the body (`options.env`).
+    /// Checks what the types cannot say, as the manager (this process) would run the binding;
+    /// fields are named as in the body (`options.env`).
     pub fn check(&self) -> Result<(), BatchError> {
+        self.check_as(manager_is_root())
+    }
+
+    /// [`BatchConfig::check`] for a manager that runs as root, or not: a binding without
+    /// `run_as` would run every user's jobs as the manager's account.
+    pub fn check_as(&self, manager_is_root: bool) -> Result<(), BatchError> {
+        self.check_fields()?;
+        let o = &self.options;
+        match (&o.run_as, o.run_as_manager) {
+            (Some(_), true) => Err(BatchError::invalid(
+                "options.run_as_manager",
+                "give run_as, or run_as_manager, not both",
+            )),
+            (None, false) => Err(BatchError::invalid(
+                "options.run_as",
+                "give the Unix account the jobs run as: without one they would run as the \
+                 manager's account and could read its data (run_as_manager: true runs them so \
+                 on purpose)",
+            )),
+            (None, true) if manager_is_root => Err(BatchError::invalid(
+                "options.run_as",
+                "the manager runs as root: jobs run as its account would run as root; give \
+                 the Unix account the jobs run as",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Each field on its own.
+    fn check_fields(&self) -> Result<(), BatchError> {
         let o = &self.options;
         for (field, dir) in [
             ("options.bin_dir", &o.bin_dir),
@@ -223,6 +271,19 @@ impl BatchConfig {
     }
 }
 
+/// Whether this process runs as root (without the adaptors, which run nothing: no).
+fn manager_is_root() -> bool {
+    #[cfg(feature = "adaptors")]
+    {
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        unsafe { libc::geteuid() == 0 }
+    }
+    #[cfg(not(feature = "adaptors"))]
+    {
+        false
+    }
+}
+
 #[cfg(feature = "adaptors")]
 impl BatchConfig {
     /// How the binding runs commands: the adaptor's, and its jobs' files ([`crate::staging`]).
@@ -276,18 +337,18 @@ mod tests {
     fn a_configuration_reads_and_bad_fields_are_named() {
         let c = BatchConfig::parse_json(
             r#"{"system": "gridengine", "options": {"env": {"SGE_ROOT": "/var/lib/gridengine"},
-                "parallel_environment": "smp", "timeout_secs": 10}}"#,
+                "parallel_environment": "smp", "timeout_secs": 10, "run_as": "corral-batch"}}"#,
         )
         .unwrap();
         assert_eq!(c.system, SystemName::GridEngine);
         assert_eq!(c.options.timeout_secs, Some(10));
         assert_eq!(field_of(r#"{"system": "moab"}"#), "system");
-        let openpbs = r#"{"system": "pbs", "options": {"flavor": "openpbs"}}"#;
+        let openpbs = r#"{"system": "pbs", "options": {"flavor": "openpbs", "run_as": "b"}}"#;
         assert_eq!(
             BatchConfig::parse_json(openpbs).unwrap().options.flavor,
             Some(PbsFlavor::PbsPro)
         );
-        let torque = r#"{"system": "pbs", "options": {"flavor": "torque"}}"#;
+        let torque = r#"{"system": "pbs", "options": {"flavor": "torque", "run_as": "b"}}"#;
         assert_eq!(
             BatchConfig::parse_json(torque).unwrap().options.flavor,
             Some(PbsFlavor::Torque)
@@ -320,8 +381,7 @@ mod tests {
             field_of(r#"{"system": "slurm", "options": {"parallel_environment": "smp"}}"#),
             "options.parallel_environment"
         );
-        let exec =
-            r#"{"system": "exec", "options": {"command": "/opt/plugin", "env": {"A": "b"}}}"#;
+        let exec = r#"{"system": "exec", "options": {"command": "/opt/plugin", "run_as": "b"}}"#;
         let c = BatchConfig::parse_json(exec).unwrap();
         assert_eq!(c.system.as_str(), "exec");
         assert_eq!(c.options.command.as_deref(), Some("/opt/plugin"));
@@ -342,7 +402,48 @@ mod tests {
             field_of(r#"{"system": "slurm", "options": {"sessions": true}}"#),
             "options.sessions"
         );
-        let sessions = r#"{"system": "slurm", "options": {"sessions": true, "work_dir": "/w"}}"#;
+        let sessions = r#"{"system": "slurm", "options": {"sessions": true, "work_dir": "/w", "run_as": "b"}}"#;
         assert!(BatchConfig::parse_json(sessions).unwrap().options.sessions);
+    }
+
+    /// Issue 43: a binding without `run_as` ran every user's jobs as the manager's account
+    /// (root). It needs `run_as`, or `run_as_manager` on purpose, which root cannot have.
+    #[test]
+    fn jobs_run_as_the_manager_only_on_purpose_and_never_as_root() {
+        let config = |options: &str| {
+            let text = format!(r#"{{"system": "slurm", "options": {options}}}"#);
+            let de = &mut serde_json::Deserializer::from_str(&text);
+            BatchConfig::deserialize(de).unwrap()
+        };
+        let field = |c: &BatchConfig, root| match c.check_as(root).unwrap_err() {
+            BatchError::InvalidSpec { field, message } => format!("{field}: {message}"),
+            e => panic!("{e}"),
+        };
+        let bare = config("{}");
+        for root in [true, false] {
+            let refused = field(&bare, root);
+            assert!(refused.starts_with("options.run_as: "), "{refused}");
+            assert!(refused.contains("run_as_manager"), "{refused}");
+        }
+        let on_purpose = config(r#"{"run_as_manager": true}"#);
+        assert!(on_purpose.check_as(false).is_ok());
+        let refused = field(&on_purpose, true);
+        assert!(
+            refused.starts_with("options.run_as: the manager runs as root"),
+            "{refused}"
+        );
+        let account = config(r#"{"run_as": "corral-batch"}"#);
+        assert!(account.check_as(true).is_ok() && account.check_as(false).is_ok());
+        let both = config(r#"{"run_as": "corral-batch", "run_as_manager": true}"#);
+        assert!(field(&both, false).starts_with("options.run_as_manager: "));
+    }
+
+    #[test]
+    fn each_system_names_the_variable_of_a_jobs_own_id() {
+        assert_eq!(SystemName::Slurm.job_id_variable(), "SLURM_JOB_ID");
+        assert_eq!(SystemName::GridEngine.job_id_variable(), "JOB_ID");
+        assert_eq!(SystemName::Pbs.job_id_variable(), "PBS_JOBID");
+        assert_eq!(SystemName::Lsf.job_id_variable(), "LSB_JOBID");
+        assert_eq!(SystemName::Exec.job_id_variable(), "CORRAL_BATCH_JOB_ID");
     }
 }

@@ -47,7 +47,7 @@ mod system;
 mod times;
 
 #[cfg(feature = "adaptors")]
-pub use command::{args, Answer, Commands};
+pub use command::{args, Answer, Commands, Reading};
 pub use config::{
     BatchConfig, BatchOptions, PbsFlavor, SystemName, DEFAULT_TIMEOUT_SECS, MAX_TIMEOUT_SECS,
 };
@@ -58,6 +58,7 @@ pub use job::{
 };
 pub use spec::{
     is_job_id, parse_walltime, ArraySpec, Dependency, DependencyKind, JobSpec, Resources, MAX_NAME,
+    RESERVED_NAME_PREFIX,
 };
 #[cfg(feature = "adaptors")]
 pub use system::{check_job_id, check_signal, BatchSystem};

@@ -16,7 +16,8 @@ use crate::BatchError;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JobSpec {
-    /// The job's name in the scheduler [default: the executable's file name, or `corral`].
+    /// The job's name in the scheduler [default: the executable's file name if it is a name a
+    /// job may be given, else `corral`]. Names starting `corral.` are Corral's own (its pilots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// The program to run, with `arguments`; or give `script` instead.
@@ -140,6 +141,10 @@ pub enum DependencyKind {
 /// The longest name a job may have (Grid Engine and PBS cut longer ones).
 pub const MAX_NAME: usize = 200;
 
+/// How the names of Corral's own jobs start (pilots: `corral.<group>.<agent>`): refused in
+/// what users submit ([`JobSpec::check_submitted`]), so that no user's job passes for one.
+pub const RESERVED_NAME_PREFIX: &str = "corral.";
+
 impl JobSpec {
     /// Reads and checks a specification in JSON.
     pub fn parse_json(text: &str) -> Result<JobSpec, BatchError> {
@@ -162,6 +167,20 @@ impl JobSpec {
         })?;
         spec.check()?;
         Ok(spec)
+    }
+
+    /// [`JobSpec::check`], and what a user may not ask for: a name in Corral's own prefix
+    /// ([`RESERVED_NAME_PREFIX`]). For specifications from users; Corral's own jobs (pilots,
+    /// sessions) are checked with [`JobSpec::check`].
+    pub fn check_submitted(&self) -> Result<(), BatchError> {
+        self.check()?;
+        match &self.name {
+            Some(name) if is_reserved(name) => Err(BatchError::invalid(
+                "name",
+                format!("{name:?}: names starting {RESERVED_NAME_PREFIX:?} are Corral's own"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Checks what the types cannot: one command, sensible counts and ranges, paths and names
@@ -215,6 +234,15 @@ impl JobSpec {
             }
             if header && (text.contains('\n') || text.contains('\r')) {
                 return Err(BatchError::invalid(field, "holds a line break"));
+            }
+        }
+        // A program's path has no use for them, and its file name may name the job.
+        if let Some(executable) = &self.executable {
+            if executable.chars().any(char::is_control) {
+                return Err(BatchError::invalid(
+                    "executable",
+                    "holds a control character (a line break, a tab...)",
+                ));
             }
         }
         for (i, argument) in self.arguments.iter().enumerate() {
@@ -298,7 +326,9 @@ impl JobSpec {
         lines
     }
 
-    /// The name the scheduler shows.
+    /// The name the scheduler shows: `name`, or the executable's file name when it passes the
+    /// checks a given name does (it goes onto a header line too) and is not one of Corral's own,
+    /// else `corral`.
     pub fn job_name(&self) -> String {
         if let Some(name) = &self.name {
             return name.clone();
@@ -306,11 +336,8 @@ impl JobSpec {
         self.executable
             .as_deref()
             .and_then(|e| e.rsplit('/').next())
-            .filter(|n| !n.is_empty())
-            .map_or_else(
-                || "corral".to_string(),
-                |n| n.chars().take(MAX_NAME).collect(),
-            )
+            .filter(|n| check_name(n).is_ok() && !is_reserved(n))
+            .map_or_else(|| "corral".to_string(), str::to_string)
     }
 }
 
@@ -414,6 +441,12 @@ fn check_name(name: &str) -> Result<(), BatchError> {
         ));
     }
     Ok(())
+}
+
+/// Whether `name` is in Corral's own prefix (whatever its case: some schedulers fold it).
+fn is_reserved(name: &str) -> bool {
+    name.get(..RESERVED_NAME_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_NAME_PREFIX))
 }
 
 fn is_env_name(name: &str) -> bool {
@@ -648,5 +681,67 @@ mod tests {
         for text in ["", "1:60:00", "h", "-1", "1:2:3:4", "1.5h", "2w"] {
             assert!(parse_walltime(text).is_err(), "{text}");
         }
+    }
+
+    #[test]
+    fn a_name_from_the_executable_never_breaks_the_header() {
+        // The reported executable: with no name, it rendered a header line of its own.
+        let spec = JobSpec {
+            executable: Some("true\nid > injected.out\n#".into()),
+            directory: Some("/w".into()),
+            hold: true,
+            ..JobSpec::default()
+        };
+        let e = spec.check().unwrap_err();
+        assert!(
+            matches!(&e, BatchError::InvalidSpec { field, .. } if field == "executable"),
+            "{e}"
+        );
+        for executable in ["/bin/a\tb", "/bin/x\r", "/bin/\u{1b}[2J"] {
+            let spec = JobSpec {
+                executable: Some(executable.into()),
+                ..JobSpec::default()
+            };
+            assert!(spec.check().is_err(), "{executable:?}");
+        }
+        // A file name that could not be given as a name does not name the job.
+        for (executable, name) in [
+            ("/usr/bin/python3", "python3"),
+            ("/usr/bin/g++", "corral"),
+            ("/opt/7z", "corral"),
+            ("/opt/my prog", "corral"),
+            ("/opt/corral.pil.pil-0123456789", "corral"),
+            ("/opt/", "corral"),
+        ] {
+            let spec = JobSpec {
+                executable: Some(executable.into()),
+                ..JobSpec::default()
+            };
+            assert_eq!(spec.job_name(), name, "{executable:?}");
+        }
+    }
+
+    #[test]
+    fn users_cannot_give_a_job_one_of_corrals_own_names() {
+        for name in ["corral.pil.pil-0123456789", "Corral.gpu.x", "corral."] {
+            let spec = JobSpec {
+                name: Some(name.into()),
+                executable: Some("/bin/true".into()),
+                ..JobSpec::default()
+            };
+            let e = spec.check_submitted().unwrap_err();
+            assert!(
+                matches!(&e, BatchError::InvalidSpec { field, .. } if field == "name"),
+                "{name}: {e}"
+            );
+            // Corral's own jobs are checked without it.
+            spec.check().unwrap();
+        }
+        let spec = JobSpec {
+            name: Some("corral-echo".into()),
+            executable: Some("/bin/true".into()),
+            ..JobSpec::default()
+        };
+        spec.check_submitted().unwrap();
     }
 }

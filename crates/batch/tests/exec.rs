@@ -357,13 +357,18 @@ async fn what_the_plugin_cannot_do_is_unsupported() {
 async fn a_binding_connects_to_the_plugin() {
     answering_plugin();
     let dir = tempfile::tempdir().unwrap();
-    let config = BatchConfig::parse_json(
-        &serde_json::json!({"system": "exec", "options": {
-            "command": example(), "timeout_secs": 20,
-            "env": {"LOCAL_BATCH_DIR": dir.path()}}})
-        .to_string(),
-    )
-    .unwrap();
+    let mut binding = serde_json::json!({"system": "exec", "options": {
+        "command": example(), "timeout_secs": 20,
+        "env": {"LOCAL_BATCH_DIR": dir.path()}}});
+    // The jobs run as this test's account: root must name it (a binding may not run jobs as a
+    // root manager's own account), any other may say so.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let account = match unsafe { libc::geteuid() } {
+        0 => ("run_as", serde_json::json!("root")),
+        _ => ("run_as_manager", serde_json::json!(true)),
+    };
+    binding["options"][account.0] = account.1;
+    let config = BatchConfig::parse_json(&binding.to_string()).unwrap();
     let exec = config.connect().await.unwrap();
     assert_eq!(exec.name(), "exec");
     assert!(exec.jobs(&JobFilter::default()).await.unwrap().is_empty());

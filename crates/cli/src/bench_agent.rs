@@ -128,6 +128,7 @@ async fn start_latency(count: usize) -> Result<()> {
         key: None,
         self_update: None,
         resume_token: None,
+        batch_job: None,
     };
     let runtime =
         corral_runtime::Runtime::Process(corral_runtime::ProcessRuntime::new(Default::default()));
@@ -437,6 +438,7 @@ async fn join(api: &Client, i: usize) -> Result<String> {
         devices: Vec::new(),
         version: None,
         platform: None,
+        batch_job: None,
     };
     let mut attempt = 0;
     loop {

@@ -19,8 +19,18 @@ pub async fn run(jobs: usize, concurrency: usize, runs: u32) -> Result<()> {
     client
         .post::<Value, _>(&["groups"], Some(&json!({"name": group})))
         .await?;
+    // The jobs run as .ci/slurm.sh's account under root (which may not run them as itself),
+    // as this account otherwise.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let options = match unsafe { libc::geteuid() } {
+        0 => json!({"run_as": "corral-batch"}),
+        _ => json!({"run_as_manager": true}),
+    };
     client
-        .put::<Value, _>(&["groups", &group, "batch"], &json!({"system": "slurm"}))
+        .put::<Value, _>(
+            &["groups", &group, "batch"],
+            &json!({"system": "slurm", "options": options}),
+        )
         .await
         .context("binding the group to Slurm (is it running? .ci/slurm.sh)")?;
     let name = group.clone();

@@ -82,6 +82,7 @@ async fn takeover(url: &str, token: &str, store: &Store, lease_secs: u64) -> Res
             devices: Vec::new(),
             version: None,
             platform: None,
+            batch_job: None,
         })
         .await?;
     // The group runs: a session is placed.

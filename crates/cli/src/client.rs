@@ -108,7 +108,7 @@ pub enum Command {
         #[command(subcommand)]
         command: Option<agent::Command>,
         #[command(flatten)]
-        daemon: crate::daemons::AgentArgs,
+        daemon: Box<crate::daemons::AgentArgs>,
     },
     /// Builds of corral the manager serves to agents that update themselves (admin).
     AgentBuild {

@@ -70,6 +70,11 @@ pub struct AgentArgs {
     /// empty before the batch system kills it.
     #[arg(long, env = corral_api::identity::ENV_DRAIN_AFTER, value_name = "SECS")]
     pub drain_after: Option<u64>,
+    /// A pilot job's own id, as its scheduler set it (`SLURM_JOB_ID`, `JOB_ID`...); the batch
+    /// provider's job script gives it. The manager takes a pilot's bootstrap token only from
+    /// its job, while the scheduler says that job runs.
+    #[arg(long, env = corral_api::identity::ENV_BATCH_JOB, value_name = "ID")]
+    pub batch_job: Option<String>,
     /// An external agent's private key (`corral agent keygen`): it joins without a token, by
     /// proving it holds a key registered for the group (`corral group key add`).
     #[arg(long, env = "CORRAL_AGENT_KEY", value_name = "FILE")]
@@ -284,6 +289,8 @@ pub fn run_agent(
                 args: std::env::args_os().skip(1).collect(),
             }),
         resume_token: RESUME_TOKEN.get().cloned(),
+        // An empty variable (not in a job) names no job.
+        batch_job: args.batch_job.filter(|id| !id.is_empty()),
     };
     crate::init_logs(args.log_format);
     std::fs::create_dir_all(&config.work_root)
@@ -507,6 +514,7 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             key: None,
             self_update: None,
             resume_token: None,
+            batch_job: None,
         };
         // Its sessions see neither the manager's data (the admin token) nor the client
         // configuration this command writes.

@@ -100,11 +100,16 @@ fn an_idle_agent_updates_itself_and_a_corrupt_build_changes_nothing() {
         let put = ok(c.cli(&["agent-build", "put", build.to_str().unwrap()]));
         assert!(put.starts_with("agent build 9.0.0-"), "{put}");
     }
-    // A version names one file: another file under it is refused, and nothing is left of it.
+    // A version names one file: another file under it (one that says that version too) is
+    // refused, and nothing is left of it.
+    let impostor = c.dir.path().join("impostor");
+    std::fs::write(&impostor, "#!/bin/sh\necho corral 9.0.0-b\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&impostor, std::fs::Permissions::from_mode(0o755)).unwrap();
     let other = c.cli(&[
         "agent-build",
         "put",
-        a.to_str().unwrap(),
+        impostor.to_str().unwrap(),
         "--version",
         "9.0.0-b",
     ]);
@@ -272,6 +277,18 @@ fn an_idle_agent_updates_itself_and_a_corrupt_build_changes_nothing() {
         .find(|l| l.starts_with("u1 "))
         .unwrap_or_default();
     assert!(row.trim_end().ends_with("9.0.0-b"), "{listed}");
+    // Once it uses the token its update's join answered with, its older ones are revoked: it
+    // holds one (issue 43).
+    c.until_for(30, "u1 to hold one agent token", || {
+        let tokens = c.json(&["token", "ls", "-o", "json"]);
+        let held = tokens
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["role"] == "agent" && t["user"] == "u1")
+            .count();
+        (held == 1).then_some(())
+    });
     let third = c.submit(&["--group", "up", "--request", "cpu=2", "--", "true"]);
     until_state(&c, &third, "succeeded");
     assert_eq!(c.listed(&third)["agent"], "u1");
@@ -336,4 +353,49 @@ fn an_idle_agent_updates_itself_and_a_corrupt_build_changes_nothing() {
         .filter(|e| e["kind"] == "placed")
         .count();
     assert_eq!(placements, 1, "{placed}");
+}
+
+/// Issue 43: `agent-build put corral` uploads ./corral (not a `corral` on PATH) under the
+/// version that file says; a --version the file contradicts is refused, naming both.
+#[test]
+fn a_build_is_put_under_the_version_the_file_named_says() {
+    let c = Cluster::start(5);
+    let build = stamped(&c, "new", "9.1.0-new");
+    let dir = build.parent().unwrap();
+    // A `corral` of another version on PATH: the one under test.
+    let installed = Path::new(common::CORRAL);
+    assert_ne!(says_version(installed), "corral 9.1.0-new");
+    let path = format!(
+        "{}:{}",
+        installed.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let put = |args: &[&str]| {
+        c.command(args)
+            .current_dir(dir)
+            .env("PATH", &path)
+            .output()
+            .unwrap()
+    };
+    let refused = put(&["agent-build", "put", "corral", "--version", "9.1.0-other"]);
+    let why = text(&refused.stderr);
+    assert!(!refused.status.success(), "{why}");
+    assert!(
+        why.contains("says it is version 9.1.0-new, not 9.1.0-other"),
+        "{why}"
+    );
+    let stored = ok(put(&["agent-build", "put", "corral"]));
+    assert!(stored.starts_with("agent build 9.1.0-new for "), "{stored}");
+    // Given and agreeing, the version is taken.
+    ok(put(&[
+        "agent-build",
+        "put",
+        "./corral",
+        "--version",
+        "9.1.0-new",
+    ]));
+    let builds = c.json(&["agent-build", "ls", "-o", "json"]);
+    assert_eq!(builds.as_array().map(Vec::len), Some(1), "{builds}");
+    assert_eq!(builds[0]["version"], "9.1.0-new");
+    assert_eq!(builds[0]["size"], std::fs::metadata(&build).unwrap().len());
 }

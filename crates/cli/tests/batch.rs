@@ -467,3 +467,43 @@ fn grid_engine_through_the_cli() {
     ));
     assert!(refused.contains("unknown resource \"gpu\""), "{refused}");
 }
+
+/// Issue 43: `batch bind` without `--run-as` was accepted, and a user's job then ran as the
+/// manager's account (root) and read its admin token. Without an account the binding is
+/// refused, naming `options.run_as`; `--run-as-manager` says so on purpose (with a warning),
+/// and is refused too when the manager runs as root. No scheduler is needed: nothing runs.
+#[test]
+fn a_binding_runs_jobs_as_the_manager_only_on_purpose_and_never_as_root() {
+    let c = Cluster::start(60);
+    ok(c.cli(&["group", "create", "g"]));
+    let bare = fails(c.cli(&["batch", "bind", "-g", "g", "slurm", "--work-dir", "/tmp"]));
+    assert!(
+        bare.contains("options.run_as") && bare.contains("run_as_manager"),
+        "{bare}"
+    );
+    // Nothing was bound.
+    assert!(fails(c.cli(&["batch", "system", "-g", "g"]))
+        .contains("batch system of group \"g\" not found"));
+
+    let on_purpose = c.cli(&["batch", "bind", "-g", "g", "slurm", "--run-as-manager"]);
+    let warning = text(&on_purpose.stderr);
+    assert!(
+        warning.contains("warning: group jobs will run as the manager's own account"),
+        "{warning}"
+    );
+    // The manager (started by this test) runs as this test's account.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        assert!(!on_purpose.status.success(), "bound as root");
+        assert!(
+            warning.contains("options.run_as") && warning.contains("the manager runs as root"),
+            "{warning}"
+        );
+        assert!(fails(c.cli(&["batch", "system", "-g", "g"]))
+            .contains("batch system of group \"g\" not found"));
+    } else {
+        ok(on_purpose);
+        let shown = ok(c.cli(&["batch", "system", "-g", "g"]));
+        assert!(shown.contains("(the manager's own account)"), "{shown}");
+    }
+}

@@ -165,6 +165,53 @@ fn external_agents_join_with_a_registered_key_within_the_limit_until_revoked() {
     exits_saying(&c, "e2", &mut e2, "does not take external agents");
 }
 
+/// `corral agent keygen` writes PKCS#8 v1 (RFC 8410), the form OpenSSL writes and OpenSSL 3.0
+/// reads (issue 43: ring's v2 was "unsupported" there).
+#[test]
+fn a_key_from_keygen_is_pkcs8_v1_and_openssl_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.key");
+    let out = Command::new(CORRAL)
+        .args(["agent", "keygen", "--out"])
+        .arg(&path)
+        .env("CORRAL_CONFIG", dir.path().join("none.toml"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let written = std::fs::read_to_string(&path).unwrap();
+    let der = pem::parse(&written).unwrap().into_contents();
+    // SEQUENCE { INTEGER version, ... }: version 0 is v1 (v2 is 1).
+    assert_eq!(&der[..4], [0x30, 0x2e, 0x02, 0x01], "{der:02x?}");
+    assert_eq!(der[4], 0, "the PKCS#8 version: {der:02x?}");
+    let openssl = Command::new("openssl").arg("version").output();
+    if !corral_testkit::require("openssl", openssl.is_ok_and(|o| o.status.success())) {
+        return;
+    }
+    let read = Command::new("openssl")
+        .args(["pkey", "-noout", "-in"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "openssl pkey refused the key: {}",
+        common::text(&read.stderr)
+    );
+    // And OpenSSL's public key is the one keygen printed.
+    let public = Command::new("openssl")
+        .args(["pkey", "-pubout", "-outform", "DER", "-in"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(public.status.success());
+    let printed = std::fs::read_to_string(format!("{}.pub", path.display())).unwrap();
+    let ours: corral_api::agent_keys::PublicKey = printed.parse().unwrap();
+    let spki = public.stdout;
+    use base64::Engine;
+    let theirs = base64::engine::general_purpose::STANDARD.encode(&spki[spki.len() - 32..]);
+    assert_eq!(ours.to_string(), format!("ed25519:{theirs}"));
+}
+
 /// The API client against the real manager, for proofs an honest agent never sends.
 fn client(c: &Cluster) -> corral_api::Client {
     corral_api::Client::new(&c.url(), "", None).unwrap()
@@ -179,6 +226,7 @@ fn join_request(id: &str) -> JoinRequest {
         devices: Vec::new(),
         version: None,
         platform: None,
+        batch_job: None,
     }
 }
 

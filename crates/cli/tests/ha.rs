@@ -1037,3 +1037,67 @@ async fn a_token_revoked_through_one_manager_is_refused_by_every_other_at_once()
         since.elapsed().as_millis()
     );
 }
+
+/// Issue 43: an agent's token superseded through one manager (its new token, from a join
+/// through another, first used through a third) is refused by every manager at once, though
+/// each had it in its cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_superseded_token_is_refused_by_every_manager_at_once() {
+    let Some(m) = Managers::start("cli_ha_agent_tokens").await else {
+        return;
+    };
+    corral_api::tls::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let at = |i: usize, path: &str| format!("http://127.0.0.1:{}/api/v1/{path}", m.ports[i]);
+    let created = http
+        .post(at(0, "groups"))
+        .bearer_auth(&m.token)
+        .json(&json!({"name": "sup"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let join = |i: usize, token: String| {
+        let request = http
+            .post(at(i, "agents/join"))
+            .bearer_auth(token)
+            .json(&json!({"id": "a1", "group": "sup", "capacity": "cpu=1"}));
+        async move {
+            let joined: Value = request.send().await.unwrap().json().await.unwrap();
+            joined["token"].as_str().unwrap().to_string()
+        }
+    };
+    let sync = |i: usize, token: &str| {
+        let request = http
+            .post(at(i, "agents/a1/sync"))
+            .bearer_auth(token)
+            .json(&json!({}));
+        async move { request.send().await.unwrap().status() }
+    };
+    let old = join(0, m.token.clone()).await;
+    for i in 0..3 {
+        assert_eq!(sync(i, &old).await, 200, "through manager {i}");
+    }
+    // An update's join through manager 1; the new token's first use through manager 2.
+    let new = join(1, old.clone()).await;
+    assert_eq!(
+        sync(0, &old).await,
+        200,
+        "not superseded before the new one is used"
+    );
+    assert_eq!(sync(2, &new).await, 200);
+    let since = Instant::now();
+    for i in 0..3 {
+        corral_testkit::eventually_async(
+            &format!("manager {i} refuses the superseded token"),
+            Duration::from_secs(3),
+            || async { (sync(i, &old).await == 401).then_some(()) },
+        )
+        .await;
+        assert_eq!(sync(i, &new).await, 200, "through manager {i}");
+    }
+    eprintln!(
+        "refused by every manager {} ms after the new token's first use",
+        since.elapsed().as_millis()
+    );
+}

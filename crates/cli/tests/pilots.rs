@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 
-use common::{text, Cluster, CORRAL};
+use common::{ok, text, Cluster, CORRAL};
 use serde_json::{json, Value};
 
 /// Group `probe` bound to the scheduler, to read its jobs; `None` (skipped) when it does not
@@ -23,6 +23,8 @@ fn probe(c: &Cluster, batch: &Value, scheduler: &str) -> Option<()> {
         "probe".into(),
     ];
     args.push(batch["system"].as_str().unwrap().into());
+    // Jobs never run as the manager's account (root here).
+    args.extend(["--run-as".into(), "corral-batch".into()]);
     for (name, value) in batch["options"]["env"].as_object().into_iter().flatten() {
         args.extend([
             "--env".into(),
@@ -117,7 +119,14 @@ fn scale_out_by_two_and_back_to_zero(batch: Value, scheduler: &str) {
     if probe(&c, &batch, scheduler).is_none() {
         return;
     }
-    let _work = create_group(&c, batch, json!({}), json!({}), 2);
+    let work = create_group(&c, batch, json!({}), json!({}), 2);
+    // Each session also looks into the pilots' directories (their tokens while queued, the
+    // agents' own files), which its sandbox hides but for the path to its own working
+    // directory (issue 43, items 1 and 4).
+    let peek = format!(
+        "ls {}/pilots/*/agent.err >/dev/null 2>&1 && echo sees-pilots; ",
+        work.path().display()
+    );
     let ids: Vec<String> = (0..4)
         .map(|i| {
             c.submit(&[
@@ -130,7 +139,7 @@ fn scale_out_by_two_and_back_to_zero(batch: Value, scheduler: &str) {
                 "--",
                 "sh",
                 "-c",
-                &format!("sleep 2; echo session {i} as $(id -un)"),
+                &format!("{peek}sleep 2; echo session {i} as $(id -un)"),
             ])
         })
         .collect();
@@ -157,7 +166,8 @@ fn scale_out_by_two_and_back_to_zero(batch: Value, scheduler: &str) {
     for id in &ids {
         let out = c.cli(&["session", "logs", id]);
         let log = text(&out.stdout);
-        // Run by the pilot, as the scheduler's account: never as the manager's.
+        // Run by the pilot, as the scheduler's account: never as the manager's; and blind to
+        // the pilots' directory.
         assert!(
             log.starts_with("session ") && log.trim_end().ends_with("as corral-batch"),
             "{id}: {log}"
@@ -302,5 +312,159 @@ fn a_pilot_drains_before_its_walltime_and_is_let_go_once_empty() {
     assert_eq!(
         jobs[0]["state"], "cancelled",
         "not ended by its walltime: {jobs:?}"
+    );
+}
+
+/// Cancels a job of the scheduler group `probe` is bound to when dropped.
+struct Cancel<'a>(&'a Cluster, &'a str);
+
+impl Drop for Cancel<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.cli(&["batch", "cancel", "-g", "probe", self.1]);
+    }
+}
+
+/// Issue 43: a session on a pilot runs as the jobs' account, which can read a queued pilot's
+/// bootstrap token from `WORK_DIR/pilots/<id>/token`; `corral agent --id <that pilot>` with it,
+/// from anywhere, joined as that pilot. Now the token joins only from the pilot's own job,
+/// while the scheduler says it runs: from outside the job it is refused (whether the join names
+/// no job, another job, or the pilot's job while it is held), it stays unused, and the real
+/// pilot joins with it once its job is released.
+fn a_queued_pilots_token_joins_only_from_its_own_running_job(
+    batch: Value,
+    hold: Value,
+    scheduler: &str,
+) {
+    let c = Cluster::start(5);
+    if probe(&c, &batch, scheduler).is_none() {
+        return;
+    }
+    let work = create_group(
+        &c,
+        batch,
+        json!({"native": hold}),
+        json!({"max_provisioning_secs": 600}),
+        3600,
+    );
+    let session = c.submit(&[
+        "--group",
+        "pilots",
+        "--request",
+        "cpu=1",
+        "--",
+        "echo",
+        "ran",
+    ]);
+    let (agent, job) = c.until_for(60, "a pilot submitted", || {
+        let instances = c.json(&["group", "instances", "pilots", "-o", "json"]);
+        let i = instances["instances"].as_array()?.first()?.clone();
+        Some((
+            i["id"].as_str()?.to_string(),
+            i["provider_id"].as_str()?.to_string(),
+        ))
+    });
+    // The pilot's job ends with the test, whatever its outcome (held, it would wait for good).
+    let _cancel = Cancel(&c, &job);
+    let state = c.json(&["batch", "job", "-g", "probe", &job, "-o", "json"])["state"].clone();
+    assert_eq!(state, "held", "pilot job {job}");
+    // What a session of the jobs' account could read while the job waits.
+    let token = std::fs::read_to_string(work.path().join("pilots").join(&agent).join("token"))
+        .unwrap()
+        .trim()
+        .to_string();
+
+    let rogue = |batch_job: Option<&str>| {
+        let mut command = c.agent_command(&agent, "pilots", "cpu=1");
+        command
+            .env("CORRAL_TOKEN", &token)
+            .env_remove("CORRAL_AGENT_BATCH_JOB")
+            .stderr(std::process::Stdio::piped());
+        if let Some(id) = batch_job {
+            command.args(["--batch-job", id]);
+        }
+        let mut rogue = common::Proc(command.spawn().unwrap());
+        // Refused, it ends; taken, it would stay and the pilot would be alive.
+        let status = c.until_for(60, "the join from outside the job to be answered", || {
+            if let Some(status) = rogue.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            let agents = c.json(&["agent", "ls", "-o", "json"]);
+            let joined = agents.as_array()?.iter().any(|a| a["id"] == agent.as_str());
+            assert!(
+                !joined,
+                "a join from outside its job took pilot {agent}'s token"
+            );
+            None
+        });
+        assert!(!status.success());
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(rogue.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        stderr
+    };
+    let refused = rogue(None);
+    assert!(refused.contains("joins only from its job"), "{refused}");
+    let refused = rogue(Some("999999"));
+    assert!(
+        refused.contains(&format!("is job {job}, not job \"999999\"")),
+        "{refused}"
+    );
+    let refused = rogue(Some(&job));
+    assert!(
+        refused.contains("is held") && refused.contains("not running"),
+        "{refused}"
+    );
+
+    // The real pilot, released, joins with the token left unused (from its job, which read
+    // and removed the file), and is given the waiting session.
+    ok(c.cli(&["batch", "release", "-g", "probe", &job]));
+    c.until_for(
+        120,
+        "the released pilot to join and take the session",
+        || {
+            let s = c.json(&["session", "get", &session, "-o", "json"]);
+            (s["agent"] == agent.as_str()).then_some(())
+        },
+    );
+    let agents = c.json(&["agent", "ls", "-o", "json"]);
+    let pilot = agents
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == agent.as_str());
+    assert_eq!(pilot.unwrap()["state"], "alive", "{agents:#}");
+    assert!(!work
+        .path()
+        .join("pilots")
+        .join(&agent)
+        .join("token")
+        .exists());
+    let events = c.json(&[
+        "events", "--group", "pilots", "--limit", "1000", "-o", "json",
+    ]);
+    let joins = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "joined")
+        .count();
+    assert_eq!(joins, 1, "{events:#}");
+}
+
+#[test]
+fn slurm_a_queued_pilots_token_joins_only_from_its_own_running_job() {
+    a_queued_pilots_token_joins_only_from_its_own_running_job(
+        json!({"system": "slurm"}),
+        json!({"slurm": ["--hold"]}),
+        "Slurm (.ci/slurm.sh)",
+    );
+}
+
+#[test]
+fn grid_engine_a_queued_pilots_token_joins_only_from_its_own_running_job() {
+    a_queued_pilots_token_joins_only_from_its_own_running_job(
+        json!({"system": "gridengine", "options": {
+            "env": {"SGE_ROOT": "/var/lib/gridengine", "SGE_CELL": "default"}}}),
+        json!({"gridengine": ["-h"]}),
+        "Grid Engine (.ci/gridengine.sh)",
     );
 }

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use crate::auth::{create_token, AgentCaller, Caller, Joiner};
+use crate::auth::{create_agent_token, AgentCaller, Caller, Joiner};
 use crate::error::ApiError;
 use crate::extract::{Body, Query};
 use crate::files::session_scope;
@@ -87,6 +87,7 @@ fn acts_as(caller: &Caller, id: &str) -> Result<()> {
         (status = 403, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
     )
 )]
 async fn join(
@@ -108,6 +109,11 @@ async fn join(
                 a.id.0
             ),
         ));
+    }
+    // A pilot's bootstrap token joins only from its running job (its file could be read while
+    // the job was queued); checked before the token is used up.
+    if joiner.caller.role == Role::Bootstrap {
+        crate::pilots::check_join(&app, &req, &group.name).await?;
     }
     // Before anything is read from the request's claims: may this token join as this id?
     // (A bootstrap token is used up here, so every check that can fail comes first.)
@@ -137,6 +143,16 @@ pub(crate) async fn checked_join(
     }
     if let Some(platform) = &req.platform {
         crate::agent_builds::check_platform(platform)?;
+    }
+    if let Some(job) = req
+        .batch_job
+        .as_deref()
+        .filter(|j| !corral_batch::is_job_id(j))
+    {
+        return Err(ApiError::invalid(
+            "batch_job",
+            format!("{job:?} is not a job id"),
+        ));
     }
     let group = app
         .store
@@ -270,7 +286,7 @@ pub(crate) async fn register(
         }
     }
     crate::agent_update::joined(app, existing.as_ref(), &req, now).await?;
-    let (_, token) = create_token(&app.store, Role::Agent, &req.id, now).await?;
+    let token = create_agent_token(&app.store, &req.id, now).await?;
     app.control.wake(&group.name);
     Ok(JoinResponse {
         token,

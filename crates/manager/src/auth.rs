@@ -45,13 +45,16 @@ pub fn random_hex(n: usize) -> String {
     hex::encode(&bytes)
 }
 
-/// A fresh secret and the id it is listed under (its first hex digits: the id names the token
-/// in logs without giving it away).
+/// A fresh id (12 hex digits) and secret. The id is drawn apart from the secret: ids are
+/// listed, so one derived from the secret would give part of it away. (Tokens made before
+/// this have their secret's first digits as id; they are looked up by hash all the same.)
 fn new_token() -> (String, String) {
-    let secret = new_secret();
-    let id = secret["corral_".len().."corral_".len() + 12].to_string();
-    (id, secret)
+    (random_hex(6), new_secret())
 }
+
+/// How many fresh ids a new token tries: two random 48-bit ids meet rarely, three in a row
+/// never.
+const ID_TRIES: usize = 3;
 
 pub fn hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
@@ -64,11 +67,41 @@ pub async fn create_token(
     user: &str,
     now: Timestamp,
 ) -> Result<(String, String), corral_store::StoreError> {
-    let (id, secret) = new_token();
-    store
-        .insert_token(&id, &hash(&secret), role, user, now)
-        .await?;
-    Ok((id, secret))
+    with_fresh_id(|id, hash| async move { store.insert_token(&id, &hash, role, user, now).await })
+        .await
+}
+
+/// Creates the token an agent's join answers with; returns its secret. Once it is first used,
+/// the agent's older tokens are revoked ([`resolve`]): a self-update or a re-join leaves the
+/// agent one token, and one that fails before its successor is used leaves the old one working.
+pub async fn create_agent_token(
+    store: &Store,
+    agent: &str,
+    now: Timestamp,
+) -> Result<String, corral_store::StoreError> {
+    let (_, secret) = with_fresh_id(|id, hash| async move {
+        store.insert_successor_token(&id, &hash, agent, now).await
+    })
+    .await?;
+    Ok(secret)
+}
+
+/// Makes a token with `insert(id, hash)`, drawing another id if the first is taken; its id and
+/// secret.
+async fn with_fresh_id<F, Fut>(mut insert: F) -> Result<(String, String), corral_store::StoreError>
+where
+    F: FnMut(String, String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), corral_store::StoreError>>,
+{
+    let mut tries = 0;
+    loop {
+        let (id, secret) = new_token();
+        match insert(id.clone(), hash(&secret)).await {
+            Ok(()) => return Ok((id, secret)),
+            Err(corral_store::StoreError::Conflict { .. }) if tries + 1 < ID_TRIES => tries += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// At first start (no token at all), creates the admin token and writes it once to
@@ -153,6 +186,21 @@ async fn resolve(secret: &str, app: &App) -> Result<(String, Caller), ApiError> 
                  expired",
             )
         })?;
+    if token.supersedes {
+        // An agent's new token, used for the first time: the tokens it replaces go.
+        let hashes = app
+            .store
+            .supersede_agent_tokens(&token.id, &token.user)
+            .await?;
+        if !hashes.is_empty() {
+            tracing::info!(
+                agent = token.user,
+                revoked = hashes.len(),
+                "an agent's new token is in use; its older tokens are revoked"
+            );
+        }
+        revoked(app, hashes);
+    }
     let caller = Caller {
         user: token.user,
         role: token.role,
@@ -292,11 +340,13 @@ pub async fn create_bootstrap_token(
     ttl: std::time::Duration,
     now: Timestamp,
 ) -> Result<(String, Timestamp), corral_store::StoreError> {
-    let (id, secret) = new_token();
     let expires = now.plus_secs(ttl.as_secs());
-    store
-        .insert_bootstrap_token(&id, &hash(&secret), group, agent, expires, now)
-        .await?;
+    let (_, secret) = with_fresh_id(|id, hash| async move {
+        store
+            .insert_bootstrap_token(&id, &hash, group, agent, expires, now)
+            .await
+    })
+    .await?;
     Ok((secret, expires))
 }
 

@@ -436,24 +436,37 @@ async fn collect(
                 .map_err(|e| e.message)?;
         }
     }
-    let files = staging::list(&commands, dir, &record.outputs)
+    let listing = staging::list(&commands, dir, &record.outputs, staging::MAX_LISTED)
         .await
         .map_err(|e| e.to_string())?;
-    for (path, size) in files {
+    for (path, size) in listing.files {
         crate::names::check_relative("output", &path).map_err(|e| e.message)?;
         if size > max {
             left.push(path);
             continue;
         }
-        if let Some(data) = staging::read(&commands, dir, &path)
+        // Read no further than the cap, should it have grown since it was listed.
+        let data = match staging::open(&commands, dir, &path, max)
             .await
             .map_err(|e| e.to_string())?
         {
-            app.files
-                .put(&session_scope(session), &format!("outputs/{path}"), &data)
-                .await
-                .map_err(|e| e.message)?;
-        }
+            staging::Output::File(file) => file.bytes().await.map_err(|e| e.to_string())?,
+            staging::Output::TooLarge { .. } => {
+                left.push(path);
+                continue;
+            }
+            staging::Output::Missing => continue,
+        };
+        app.files
+            .put(&session_scope(session), &format!("outputs/{path}"), &data)
+            .await
+            .map_err(|e| e.message)?;
+    }
+    if listing.more {
+        left.push(format!(
+            "and more: only the first {} files are collected",
+            staging::MAX_LISTED
+        ));
     }
     if !left.is_empty() {
         return Err(format!(

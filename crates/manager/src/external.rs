@@ -14,7 +14,7 @@ use corral_api::agent_keys::{
 };
 use corral_api::protocol::JoinResponse;
 use corral_core::{AgentState, ExternalAgents, ScalingGroup, Timestamp};
-use corral_store::{NewEvent, StoreError};
+use corral_store::NewEvent;
 
 use crate::agents::{check_group_of, checked_join, register, ExternalJoin};
 use crate::api::openapi::{ErrorResponse, Name};
@@ -30,9 +30,51 @@ type Result<T, E = ApiError> = std::result::Result<T, E>;
 const CHALLENGE_TTL_SECS: u64 = 60;
 /// How far the time an agent signed at may be from the manager's clock.
 const MAX_CLOCK_SKEW_MS: i64 = 60_000;
-/// Unanswered challenges a group keeps at most: asking needs no credential, so a flood of
-/// questions must not fill the database.
-const MAX_PENDING_CHALLENGES: u32 = 1000;
+/// Random bytes in a nonce: two challenges of one agent in the same millisecond differ.
+const NONCE_RANDOM_BYTES: usize = 16;
+
+/// A challenge's nonce: `<random hex>.<expiry, ms>.<MAC hex>`, the MAC (the managers' shared
+/// challenge key, [`crate::secrets::SecretKey::challenge_mac`]) over the group, the agent id,
+/// the random part and the expiry. Asking costs the manager nothing to keep: nothing is stored
+/// until a join uses the nonce, so no flood of questions can fill the database or crowd out
+/// the agents' own.
+fn new_nonce(app: &App, group: &str, agent: &str, expires: Timestamp) -> String {
+    let random = random_hex(NONCE_RANDOM_BYTES);
+    let mac = app
+        .secrets
+        .challenge_mac(&nonce_message(group, agent, &random, expires));
+    format!("{random}.{}.{}", expires.0, hex::encode(mac.as_ref()))
+}
+
+/// What a nonce's MAC is over (names hold no line break: they are checked first).
+fn nonce_message(group: &str, agent: &str, random: &str, expires: Timestamp) -> Vec<u8> {
+    format!(
+        "corral external agent challenge v1\ngroup {group}\nagent {agent}\nrandom {random}\n\
+         expires_at {}\n",
+        expires.0
+    )
+    .into_bytes()
+}
+
+/// The expiry of `nonce` if the managers' key made it for `agent` of `group` and it has not
+/// expired at `now`; `None` for anything else, however malformed.
+fn nonce_expiry(
+    app: &App,
+    nonce: &str,
+    group: &str,
+    agent: &str,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let mut parts = nonce.split('.');
+    let (random, expires, mac) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || random.len() != 2 * NONCE_RANDOM_BYTES {
+        return None;
+    }
+    let expires = Timestamp(expires.parse().ok()?);
+    let mac = hex::decode(mac).ok()?;
+    let message = nonce_message(group, agent, random, expires);
+    (app.secrets.challenge_mac_holds(&message, &mac) && expires > now).then_some(expires)
+}
 
 pub fn routes() -> Router<App> {
     Router::new()
@@ -73,7 +115,6 @@ fn policy_off(group: &str) -> String {
         (status = 400, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
-        (status = 429, response = ErrorResponse),
     )
 )]
 async fn challenge(
@@ -90,31 +131,8 @@ async fn challenge(
     if !group.policy.external.enabled {
         return Err(ApiError::forbidden(policy_off(&group.name)));
     }
-    let now = now();
-    let nonce = random_hex(32);
-    let expires_at = now.plus_secs(CHALLENGE_TTL_SECS);
-    match app
-        .store
-        .issue_challenge(
-            &group.name,
-            &req.id,
-            &nonce,
-            expires_at,
-            MAX_PENDING_CHALLENGES,
-            now,
-        )
-        .await
-    {
-        Ok(()) => {}
-        Err(StoreError::Refused(why)) => {
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_requests",
-                why,
-            ))
-        }
-        Err(e) => return Err(e.into()),
-    }
+    let expires_at = now().plus_secs(CHALLENGE_TTL_SECS);
+    let nonce = new_nonce(&app, &group.name, &req.id, expires_at);
     Ok((StatusCode::CREATED, Json(Challenge { nonce, expires_at })))
 }
 
@@ -184,11 +202,12 @@ async fn join(
         );
         return Err(refused(unauthorized, "unauthorized", &req, why));
     }
-    if !app
-        .store
-        .take_challenge(&proof.nonce, &group.name, &req.agent.id, now)
-        .await?
-    {
+    // Checked by its MAC, then recorded as used: each nonce joins once.
+    let fresh = match nonce_expiry(&app, &proof.nonce, &group.name, &req.agent.id, now) {
+        Some(expires) => app.store.use_nonce(&proof.nonce, expires, now).await?,
+        None => false,
+    };
+    if !fresh {
         let why = "the nonce is unknown, used already, issued for another agent or group, or \
                    expired: ask for a new challenge"
             .to_string();

@@ -23,6 +23,7 @@ mod image_update;
 pub mod leases;
 pub mod metrics;
 pub mod names;
+mod pilots;
 mod registry_logins;
 pub mod scaling;
 pub mod secrets;

@@ -7,8 +7,10 @@
 //! - instances that do not join within the provisioning time are terminated, as failures;
 //! - instances of agents the cycle let go are terminated;
 //! - every `reconcile_secs`, the provider's list is compared with what the manager knows:
-//!   unknown instances carrying the group's tag are terminated after a grace period, and agents
-//!   whose instance disappeared are lost (their sessions follow `on_agent_lost`) and terminated.
+//!   unknown instances carrying the group's tag are terminated after a grace period (where the
+//!   tag proves nothing, a batch job's name, only ids recorded at launch are acted on), and
+//!   agents whose instance disappeared are lost (their sessions follow `on_agent_lost`) and
+//!   terminated.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -739,19 +741,37 @@ impl Driver {
             .map(|i| (i.id.as_str(), i))
             .collect();
 
-        self.settle_claims(&known, &listed, settings, now).await?;
+        // Whether a listed instance unknown to the manager may be taken for one launched for
+        // the group: not where anyone can give it the tag (a batch job named like a pilot).
+        let proven = provider.lists_only_its_own();
+        self.settle_claims(&known, &listed, proven, settings, now)
+            .await?;
 
-        // Unknown instances with the group's tag: terminated once past the grace period.
+        // Unknown instances with the group's tag: terminated once past the grace period; where
+        // the tag proves nothing, said once and left alone (it may be anyone's job).
         let mut seen = HashSet::new();
         for i in present.values() {
             let ours = known_vendor.contains(i.id.as_str())
-                || i.agent_id
-                    .as_deref()
-                    .is_some_and(|a| known_agent.contains(a));
+                || proven
+                    && i.agent_id
+                        .as_deref()
+                        .is_some_and(|a| known_agent.contains(a));
             if ours {
                 continue;
             }
             seen.insert(i.id.clone());
+            if !proven {
+                if !self.orphans.contains_key(&i.id) {
+                    self.orphans.insert(i.id.clone(), now);
+                    let message = format!(
+                        "instance {} carries the group's tag but the manager never launched it; \
+                         left alone, as the provider cannot show whose it is",
+                        i.id
+                    );
+                    self.event("orphan", None, message).await?;
+                }
+                continue;
+            }
             let first = *self.orphans.entry(i.id.clone()).or_insert(now);
             if first.plus_secs(settings.orphan_grace_secs) <= now {
                 match self
@@ -836,6 +856,7 @@ impl Driver {
         &self,
         known: &[InstanceRecord],
         listed: &[Instance],
+        proven: bool,
         settings: &LaunchSettings,
         now: Timestamp,
     ) -> Result<(), StoreError> {
@@ -846,8 +867,12 @@ impl Driver {
             .iter()
             .filter(|r| r.phase == InstancePhase::Launching && settled_by(r) <= now);
         for r in stale {
+            // Adopted by its agent id only where the provider's list proves it ours: a batch
+            // job named like the pilot may be anyone's, and never becomes the manager's to act on.
             let found = listed.iter().find(|i| {
-                i.agent_id.as_deref() == Some(r.id.as_str()) && i.state != InstanceState::Gone
+                proven
+                    && i.agent_id.as_deref() == Some(r.id.as_str())
+                    && i.state != InstanceState::Gone
             });
             let (to, vendor, reason) = match found {
                 Some(i) => (
@@ -855,10 +880,15 @@ impl Driver {
                     Some(i.id.as_str()),
                     "launched by a driver that stopped before recording it",
                 ),
-                None => (
+                None if proven => (
                     InstancePhase::Failed,
                     None,
                     "claimed by a driver that stopped before launching it",
+                ),
+                None => (
+                    InstancePhase::Failed,
+                    None,
+                    "claimed by a driver that stopped before recording a launch",
                 ),
             };
             let message = format!(

@@ -84,7 +84,7 @@ fn body(name: &str) -> Option<(&'static str, Vec<u8>)> {
         })),
         "key" => json(json!({"name": "k", "public_key": PUBLIC_KEY})),
         "login" => json(json!({"username": "u", "password": "p"})),
-        "batch" => json(json!({"system": "gridengine"})),
+        "batch" => json(json!({"system": "gridengine", "options": {"run_as": "nobody"}})),
         "job" => json(json!({"script": "true"})),
         "signal" => json(json!({"signal": "TERM"})),
         "change" => json(json!({"kind": "resume_node", "node": "n1"})),
@@ -162,7 +162,15 @@ async fn fixture() -> Fixture {
     );
     // Group g's batch system has no commands here: a call that gets past who may make it is
     // a 503, one that does not never reaches it.
-    let unreachable = json!({"system": "slurm", "options": {"bin_dir": "/nonexistent"}});
+    let mut unreachable = json!({"system": "slurm", "options": {"bin_dir": "/nonexistent"}});
+    // The jobs' account: root must name one (`nobody`, as whom the commands are not found
+    // either); another account may run them as itself.
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let account = match unsafe { libc::geteuid() } {
+        0 => ("run_as", json!("nobody")),
+        _ => ("run_as_manager", json!(true)),
+    };
+    unreachable["options"][account.0] = account.1;
     assert_eq!(
         m.put("/api/v1/groups/g/batch", &unreachable.to_string())
             .await

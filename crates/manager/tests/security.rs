@@ -1,4 +1,4 @@
-//! Regression tests for the defects an adversarial review found (issue 9): identities that
+//! Regression tests for the defects adversarial reviews found (issues 9 and 43): identities that
 //! could be taken over, secrets one user could read of another's sessions, names and paths that
 //! escaped, uploads that mixed, capacity held forever, 500s for bad input.
 
@@ -423,4 +423,206 @@ async fn bad_offsets_and_paths_are_client_errors_and_ended_sessions_take_no_writ
     }
     let outputs = m.get(&format!("/api/v1/sessions/{id}/outputs")).await.body;
     assert_eq!(outputs, json!([{"path": "ok.txt", "size": 2}]));
+}
+
+/// Issue 43: a token's id, which `token ls` shows, gives nothing of its secret away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokens_listed_id_is_no_part_of_its_secret() {
+    let m = Manager::start(None).await;
+    for _ in 0..3 {
+        let r = m.post("/api/v1/tokens", r#"{"user": "ann"}"#).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+        let (id, secret) = (
+            r.body["id"].as_str().unwrap(),
+            r.body["token"].as_str().unwrap(),
+        );
+        assert_eq!(id.len(), 12, "{id}");
+        let digits = secret.strip_prefix("corral_").unwrap();
+        assert!(!digits.contains(id), "id {id} is in secret {secret}");
+        let listed = m.get("/api/v1/tokens").await.body;
+        assert!(!listed.to_string().contains(digits), "{listed}");
+        // It works, and is revoked by its id.
+        let me = m
+            .call(Method::GET, "/api/v1/sessions", Some(secret), None)
+            .await;
+        assert_eq!(me.status, StatusCode::OK, "{}", me.body);
+        let gone = m
+            .call(
+                Method::DELETE,
+                &format!("/api/v1/tokens/{id}"),
+                Some(&m.admin.clone()),
+                None,
+            )
+            .await;
+        assert_eq!(gone.status, StatusCode::NO_CONTENT, "{}", gone.body);
+    }
+}
+
+/// The ids of agent `agent`'s tokens, as `token ls` lists them.
+async fn agent_token_ids(m: &Manager, agent: &str) -> Vec<String> {
+    let listed = m.get("/api/v1/tokens").await.body;
+    listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["role"] == "agent" && t["user"] == agent)
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Issue 43: each join (a self-update's among them) answers with a new agent token; once the
+/// agent uses the new one, its older ones are refused, so it keeps one; until then, the old one
+/// still works (an update that failed before its new binary used its token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_superseded_tokens_are_revoked_once_its_new_one_is_used() {
+    let m = Manager::start(None).await;
+    let group = json!({"name": "g", "policy": {"kind": "fixed"}}).to_string();
+    assert_eq!(
+        m.post("/api/v1/groups", &group).await.status,
+        StatusCode::CREATED
+    );
+    let platform = "linux-x86_64";
+    let build = format!("/api/v1/agent-builds/9.9.9/{platform}");
+    let r = m
+        .client
+        .put(format!("{}{build}", m.base))
+        .bearer_auth(&m.admin)
+        .body("#!/bin/sh\necho corral 9.9.9\n")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let m = &m;
+    let download = |token: String| {
+        let (client, url) = (m.client.clone(), format!("{}{build}", m.base));
+        async move {
+            let r = client.get(url).bearer_auth(token).send().await.unwrap();
+            r.status()
+        }
+    };
+    let sync = |token: String| async move {
+        m.call(
+            Method::POST,
+            "/api/v1/agents/a1/sync",
+            Some(&token),
+            Some("{}"),
+        )
+        .await
+        .status
+    };
+    let bootstrap = bootstrap_token(m).await;
+    let mut old = join(m, &bootstrap, "a1", "cpu=1").await;
+    assert_eq!(sync(old.clone()).await, StatusCode::OK);
+    // Three updates, each joining with the agent's token of the time.
+    for _ in 0..3 {
+        let new = join(m, &old, "a1", "cpu=1").await;
+        // Not used yet: the old token still works (and is cached by the manager).
+        assert_eq!(download(old.clone()).await, StatusCode::OK);
+        assert_eq!(sync(old.clone()).await, StatusCode::OK);
+        assert_eq!(agent_token_ids(m, "a1").await.len(), 2);
+        // Its first use: the old one is refused from then on.
+        assert_eq!(sync(new.clone()).await, StatusCode::OK);
+        assert_eq!(download(old.clone()).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(sync(old.clone()).await, StatusCode::UNAUTHORIZED);
+        assert_eq!(download(new.clone()).await, StatusCode::OK);
+        assert_eq!(agent_token_ids(m, "a1").await.len(), 1);
+        old = new;
+    }
+}
+
+/// Issue 43: asking for challenges needs no credential, so asking costs the manager nothing to
+/// keep: after 1,200 questions for a group (a flood that used to fill its 1,000 places and lock
+/// its agents out with 429), its real agent still gets a challenge and joins, with a nonce
+/// that joins once only and for its own id only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_challenges_locks_no_external_agent_out() {
+    use corral_api::agent_keys::{join_message, AgentKey};
+    let m = Manager::start(None).await;
+    let group = json!({"name": "g", "policy": {"kind": "fixed", "external": {"enabled": true}}});
+    let r = m.post("/api/v1/groups", &group.to_string()).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let key = AgentKey::generate().unwrap();
+    let add = json!({"name": "lab", "public_key": key.public().to_string()}).to_string();
+    let r = m.post("/api/v1/groups/g/agent-keys", &add).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+
+    let (m, key) = (&m, &key);
+    let challenge = |id: &'static str| async move {
+        let body = json!({"group": "g", "id": id}).to_string();
+        m.call(
+            Method::POST,
+            "/api/v1/agents/external/challenge",
+            None,
+            Some(&body),
+        )
+        .await
+    };
+    for _ in 0..1200 {
+        let r = challenge("e1").await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    }
+    let asked = challenge("e1").await;
+    assert_eq!(asked.status, StatusCode::CREATED, "{}", asked.body);
+    let nonce = asked.body["nonce"].as_str().unwrap().to_string();
+    let expires = asked.body["expires_at"].as_i64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        (now..=now + 61_000).contains(&expires),
+        "good for 60 s: {expires}"
+    );
+    let join_body = |id: &str, nonce: &str| {
+        let signed_at = corral_core::Timestamp(now);
+        json!({
+            "agent": {"id": id, "group": "g", "capacity": "cpu=1"},
+            "proof": {
+                "public_key": key.public().to_string(),
+                "nonce": nonce,
+                "signed_at": signed_at,
+                "signature": key.sign(&join_message("g", id, nonce, signed_at)),
+            }
+        })
+        .to_string()
+    };
+    let join = |body: String| async move {
+        m.call(
+            Method::POST,
+            "/api/v1/agents/external/join",
+            None,
+            Some(&body),
+        )
+        .await
+    };
+    // e1's nonce, signed for e2, does not join e2.
+    let other = join(join_body("e2", &nonce)).await;
+    assert_eq!(other.status, StatusCode::UNAUTHORIZED, "{}", other.body);
+    let joined = join(join_body("e1", &nonce)).await;
+    assert_eq!(joined.status, StatusCode::CREATED, "{}", joined.body);
+    assert!(joined.body["token"].as_str().is_some_and(|t| !t.is_empty()));
+    let again = join(join_body("e1", &nonce)).await;
+    assert_eq!(again.status, StatusCode::UNAUTHORIZED, "{}", again.body);
+    assert!(
+        again.body.to_string().contains("used already"),
+        "{}",
+        again.body
+    );
+    // A nonce altered in any part is no nonce.
+    let fresh = challenge("e1").await.body["nonce"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (rest, expiry_and_mac) = fresh.split_once('.').unwrap();
+    let (expiry, mac) = expiry_and_mac.split_once('.').unwrap();
+    let later: i64 = expiry.parse::<i64>().unwrap() + 3_600_000;
+    for forged in [
+        format!("{rest}.{later}.{mac}"),
+        format!("{}.{expiry}.{mac}", "0".repeat(rest.len())),
+        format!("{rest}.{expiry}.{}", "0".repeat(mac.len())),
+        "not a nonce".to_string(),
+    ] {
+        let r = join(join_body("e1", &forged)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{forged}: {}", r.body);
+    }
 }

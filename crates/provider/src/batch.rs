@@ -18,7 +18,12 @@
 //! A launch makes the pilot's directory and writes the one-time bootstrap token into a file
 //! there, both as the jobs' account with a umask of 077; the job script reads the token, removes
 //! the file and starts the agent (so the token is neither in the job's environment, which
-//! `qstat -j` shows every user on Grid Engine, nor in its arguments). The job asks for one node,
+//! `qstat -j` shows every user on Grid Engine, nor in its arguments). The file sits there while
+//! the job is queued, readable by that account's other processes; so the token is bound to the
+//! job: the script hands the agent its job's id from the scheduler's environment
+//! (`SystemName::job_id_variable`, `corral agent --batch-job`), and the manager takes the token
+//! only from a join that names the job it recorded for that pilot while the scheduler says the
+//! job runs (corral-manager's `pilots.rs`). The job asks for one node,
 //! one task, the template's CPUs, memory and GPUs; the agent offers the same. Its output goes to
 //! `agent.out` and `agent.err` in the pilot's directory.
 //!
@@ -247,16 +252,32 @@ impl BatchProvider {
             "--runtime".into(),
             self.options.runtime.as_str().into(),
         ]);
+        // Sessions run as the pilot's account: sandboxed, or not at all, and blind to the
+        // shared work directory (other pilots' tokens, users' job directories) and to Slurm's
+        // credential socket (jobs of the account) (docs/security.md).
+        let work_dir = dir.rsplit_once("/pilots/").map_or(dir, |(root, _)| root);
+        words.extend([
+            "--isolation".into(),
+            "on".into(),
+            "--hide".into(),
+            work_dir.to_string(),
+            "--hide".into(),
+            "/run/munge".into(),
+        ]);
         if let Some(after) = self.options.drain_after() {
             words.extend(["--drain-after".into(), after.to_string()]);
         }
         words.extend(self.options.extra_args.iter().cloned());
         let command: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
         let token = shell_quote(&format!("{dir}/{TOKEN_FILE}"));
+        // The job's id, as its scheduler set it: the manager takes the token from this job only.
         format!(
-            "{env}=$(cat {token}) && rm -f {token} || exit 1\nexport {env}\nexec {}\n",
+            "{env}=$(cat {token}) && rm -f {token} || exit 1\nexport {env}\n\
+             {job_env}=\"${{{job_id}:-}}\"\nexport {job_env}\nexec {}\n",
             command.join(" "),
             env = local::ENV_TOKEN,
+            job_env = corral_api::identity::ENV_BATCH_JOB,
+            job_id = self.options.batch.system.job_id_variable(),
         )
     }
 
@@ -334,6 +355,12 @@ impl Provider for BatchProvider {
         local::terminate_each(ids, |id| self.terminate_one(id)).await
     }
 
+    /// A job's name is its submitter's to choose: any job of the account (or one a job of it
+    /// submits) can be named like a pilot, so `list` finds candidates, not proof.
+    fn lists_only_its_own(&self) -> bool {
+        false
+    }
+
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
         let filter = JobFilter {
             user: self.options.batch.options.run_as.clone(),
@@ -390,17 +417,23 @@ mod tests {
         let field = |v| options(v).unwrap_err().field;
         assert!(options(json!({"batch": slurm(), "walltime_secs": 3600})).is_ok());
         assert_eq!(
-            field(json!({"batch": {"system": "slurm"}})),
-            "provider.options.batch.options.work_dir"
-        );
-        assert_eq!(
-            field(json!({"batch": {"system": "slurm", "options": {"work_dir": "rel"}}})),
+            field(json!({"batch": {"system": "slurm", "options": {"run_as": "pilot"}}})),
             "provider.options.batch.options.work_dir"
         );
         assert_eq!(
             field(json!({"batch": {"system": "slurm",
-                "options": {"work_dir": "/w", "sessions": true}}})),
+                "options": {"work_dir": "rel", "run_as": "pilot"}}})),
+            "provider.options.batch.options.work_dir"
+        );
+        assert_eq!(
+            field(json!({"batch": {"system": "slurm",
+                "options": {"work_dir": "/w", "sessions": true, "run_as": "pilot"}}})),
             "provider.options.batch.options.sessions"
+        );
+        // Pilots run as the binding's account, never as the manager's by default (issue 43).
+        assert_eq!(
+            field(json!({"batch": {"system": "slurm", "options": {"work_dir": "/w"}}})),
+            "provider.options.batch.options.run_as"
         );
         assert_eq!(
             field(json!({"batch": slurm(), "walltime_secs": 0})),
@@ -418,6 +451,61 @@ mod tests {
             field(json!({"batch": slurm(), "walltime": 5})),
             "provider.options.walltime"
         );
+    }
+
+    /// The job script hands the agent its job's id, from the variable its scheduler sets, and
+    /// the token from the file it then removes; neither is in the script itself.
+    #[test]
+    fn the_job_script_names_its_job_to_the_agent() {
+        let ge = json!({"system": "gridengine",
+            "options": {"work_dir": "/shared/corral", "run_as": "pilot"}});
+        for (batch, variable) in [(slurm(), "SLURM_JOB_ID"), (ge, "JOB_ID")] {
+            let options = options(json!({"batch": batch})).unwrap();
+            let context = Context {
+                group: "hpc".into(),
+                manager_url: "http://manager:8470".into(),
+                templates: vec![corral_core::InstanceTemplate {
+                    name: "small".into(),
+                    slots: "cpu=1,mem=1GiB".parse().unwrap(),
+                    price_per_hour: 0.0,
+                    max: 0,
+                    labels: BTreeMap::new(),
+                    devices: Vec::new(),
+                }],
+                corral_binary: "/usr/bin/corral".into(),
+                state_dir: "/tmp/x".into(),
+            };
+            // Rendering the script asks no scheduler: Grid Engine's adaptor (which runs nothing
+            // to be made) stands in for each.
+            let system = corral_batch::gridengine::GridEngine::new(options.batch.commands(), None);
+            let provider = BatchProvider {
+                system: Box::new(system),
+                commands: options.batch.commands(),
+                binary: "/usr/bin/corral".into(),
+                options,
+                context,
+            };
+            let request = LaunchRequest {
+                agent_id: "hpc-0123456789".into(),
+                token: "secret-token".into(),
+            };
+            let spec = AgentSpec::new(&provider.context, "small", &request).unwrap();
+            let dir = provider.pilot_dir(&spec.agent_id);
+            let script = provider.script(&spec, &dir);
+            assert!(
+                script.contains(&format!(
+                    "\nCORRAL_AGENT_BATCH_JOB=\"${{{variable}:-}}\"\nexport CORRAL_AGENT_BATCH_JOB\n"
+                )),
+                "{script}"
+            );
+            assert!(
+                script.starts_with(
+                    "CORRAL_TOKEN=$(cat /shared/corral/pilots/hpc-0123456789/token) && rm -f"
+                ),
+                "{script}"
+            );
+            assert!(!script.contains("secret-token"), "{script}");
+        }
     }
 
     #[test]

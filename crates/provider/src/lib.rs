@@ -183,6 +183,15 @@ pub trait Provider: Send + Sync {
 
     /// The group's instances (those carrying its tag or label), whatever their state.
     async fn list(&self) -> Result<Vec<Instance>, ProviderError>;
+
+    /// Whether an instance [`Provider::list`] answers can only be one launched for the group
+    /// (a cloud's tags, which only the manager's credentials set). Where anyone sharing the
+    /// account can give an instance the tag (a batch job's name), this is false, and the
+    /// manager trusts only the ids it recorded at launch: it adopts no other by its agent id
+    /// and terminates none.
+    fn lists_only_its_own(&self) -> bool {
+        true
+    }
 }
 
 /// A provider's options, read and checked by the provider a name picks: the one place where

@@ -181,6 +181,7 @@ fn batch() -> Value {
                         "parallel_environment": or_null(name),
                         "run_as": or_null(json!({"type": "string",
                             "pattern": "^[a-z_][a-z0-9_.-]{0,31}$"})),
+                        "run_as_manager": {"type": "boolean"},
                         "flavor": or_null(json!({"$ref": "#/components/schemas/PbsFlavor"})),
                         "command": or_null(absolute()),
                         "work_dir": absolute(),

@@ -251,9 +251,15 @@ impl Sandbox {
         }
         check(libc::unshare(flags))?;
         if let Identity::Map { .. } = self.identity {
-            write_file(PROC_SELF_SETGROUPS, b"deny")?;
-            write_file(PROC_SELF_UID_MAP, self.uid_map.as_bytes())?;
-            write_file(PROC_SELF_GID_MAP, self.gid_map.as_bytes())?;
+            // A non-dumpable process (the agent, and so this fork of it) has its /proc files
+            // owned by root: dumpable just long enough to write its own maps, then not again,
+            // as the two processes that never exec hold a copy of the agent's memory.
+            check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0))?;
+            let written = write_file(PROC_SELF_SETGROUPS, b"deny")
+                .and_then(|()| write_file(PROC_SELF_UID_MAP, self.uid_map.as_bytes()))
+                .and_then(|()| write_file(PROC_SELF_GID_MAP, self.gid_map.as_bytes()));
+            check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0))?;
+            written?;
         }
         // Nothing mounted here reaches the host's namespace.
         check(libc::mount(

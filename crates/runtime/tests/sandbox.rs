@@ -10,6 +10,9 @@ use corral_runtime::{Exit, ProcessConfig, ProcessRuntime, Runtime, SessionPaths,
 use corral_testkit::KillLeftovers;
 
 fn sandboxed(hide: &[&Path]) -> Runtime {
+    // As the agent is (every `corral` process makes itself so): not dumpable.
+    // SAFETY: prctl with PR_SET_DUMPABLE reads no memory of ours.
+    assert_eq!(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) }, 0);
     Runtime::Process(ProcessRuntime::new(ProcessConfig {
         sandbox: SandboxConfig {
             isolation: Isolation::On,

@@ -1,5 +1,5 @@
-//! External agents: the keys admins register per group, the one-time nonces agents sign to
-//! join, the join itself (within the group's limit, counted in the join's transaction), and
+//! External agents: the keys admins register per group, the nonces joins used (each joins
+//! once), the join itself (within the group's limit, counted in the join's transaction), and
 //! the dismissal of a revoked key's agents.
 
 use corral_api::agent_keys::{AgentKeyInfo, PublicKey};
@@ -218,68 +218,24 @@ impl Store {
         Ok(ids)
     }
 
-    /// Keeps a nonce for agent `agent` of `group` until `expires`, unless the group has
-    /// `max_pending` unexpired nonces already (`Refused`: a flood of unanswered challenges
-    /// cannot fill the database). Expired nonces of the group are dropped first.
-    pub async fn issue_challenge(
-        &self,
-        group: &str,
-        agent: &str,
-        nonce: &str,
-        expires: Timestamp,
-        max_pending: u32,
-        now: Timestamp,
-    ) -> Result<()> {
+    /// Records that a join used `nonce`, good until `expires`: true the first time, false
+    /// when it was used already. Challenges themselves are not stored (the manager checks a
+    /// nonce by its MAC), so only used nonces are, and those expired by `now` are dropped here.
+    pub async fn use_nonce(&self, nonce: &str, expires: Timestamp, now: Timestamp) -> Result<bool> {
         let mut tx = self.write_tx().await?;
-        sqlx::query("DELETE FROM agent_challenges WHERE group_name = $1 AND expires_at <= $2")
-            .bind(group)
+        sqlx::query("DELETE FROM used_nonces WHERE expires_at <= $1")
             .bind(now.0)
             .execute(&mut *tx)
             .await?;
-        let pending: i64 =
-            sqlx::query_scalar("SELECT COUNT(*) FROM agent_challenges WHERE group_name = $1")
-                .bind(group)
-                .fetch_one(&mut *tx)
-                .await?;
-        if pending >= i64::from(max_pending) {
-            return Err(StoreError::Refused(format!(
-                "group {group:?} has {pending} challenges waiting for an answer; try again later"
-            )));
-        }
-        sqlx::query(
-            "INSERT INTO agent_challenges (nonce, group_name, agent_id, expires_at) \
-             VALUES ($1, $2, $3, $4)",
+        let done = sqlx::query(
+            "INSERT INTO used_nonces (nonce, expires_at) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
         .bind(nonce)
-        .bind(group)
-        .bind(agent)
         .bind(expires.0)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        Ok(())
-    }
-
-    /// Uses up the nonce issued for `agent` of `group`: false if there is none, it was used,
-    /// it was issued for another agent or group, or it has expired.
-    pub async fn take_challenge(
-        &self,
-        nonce: &str,
-        group: &str,
-        agent: &str,
-        now: Timestamp,
-    ) -> Result<bool> {
-        let taken: Option<String> = sqlx::query_scalar(
-            "DELETE FROM agent_challenges WHERE nonce = $1 AND group_name = $2 AND agent_id = $3 \
-             AND expires_at > $4 RETURNING nonce",
-        )
-        .bind(nonce)
-        .bind(group)
-        .bind(agent)
-        .bind(now.0)
-        .fetch_optional(&self.write)
-        .await?;
-        Ok(taken.is_some())
+        Ok(done.rows_affected() == 1)
     }
 
     /// Joins `agent` (external) with the group's key `key`, with its `joined` event, unless

@@ -72,6 +72,9 @@ pub struct TokenRecord {
     pub role: Role,
     pub user: String,
     pub created_at: Timestamp,
+    /// An agent's token from a join, not used yet: its first use revokes the agent's older
+    /// tokens ([`Store::supersede_agent_tokens`]).
+    pub supersedes: bool,
 }
 
 pub(crate) fn event_from_row(row: &AnyRow) -> Result<Event> {
@@ -95,6 +98,7 @@ fn token_from_row(row: &AnyRow) -> Result<TokenRecord> {
         role: f.name("role")?,
         user: f.text("user_name")?,
         created_at: f.time("created_at")?,
+        supersedes: f.flag("supersedes")?,
     })
 }
 
@@ -263,6 +267,63 @@ impl Store {
         Ok(())
     }
 
+    /// Stores agent `agent`'s token from a join: once first used, it supersedes the agent's
+    /// older tokens ([`Store::supersede_agent_tokens`]). `Conflict` if its id or hash is taken.
+    pub async fn insert_successor_token(
+        &self,
+        id: &str,
+        hash: &str,
+        agent: &str,
+        now: Timestamp,
+    ) -> Result<()> {
+        let done = sqlx::query(
+            "INSERT INTO tokens (id, hash, role, user_name, created_at, supersedes) \
+             VALUES ($1, $2, 'agent', $3, $4, TRUE) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(hash)
+        .bind(agent)
+        .bind(now.0)
+        .execute(&self.write)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::conflict("token", id));
+        }
+        Ok(())
+    }
+
+    /// The first use of agent `agent`'s token `id` from a join: the agent's other tokens go,
+    /// but those made after it that are still unused (a later join's, which supersede this one
+    /// in turn once used). Returns the hashes revoked (for caches to drop); none if `id` was
+    /// used before (another manager got there first, or it supersedes nothing).
+    pub async fn supersede_agent_tokens(&self, id: &str, agent: &str) -> Result<Vec<String>> {
+        let mut tx = self.write_tx().await?;
+        // One statement flips the mark: of two managers seeing the first use at once, one
+        // revokes.
+        let created: Option<i64> = sqlx::query_scalar(
+            "UPDATE tokens SET supersedes = FALSE WHERE id = $1 AND role = 'agent' \
+             AND user_name = $2 AND supersedes RETURNING created_at",
+        )
+        .bind(id)
+        .bind(agent)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(created) = created else {
+            return Ok(Vec::new());
+        };
+        let hashes = sqlx::query_scalar(
+            "DELETE FROM tokens WHERE role = 'agent' AND user_name = $1 AND id <> $2 \
+             AND (NOT supersedes OR created_at <= $3) RETURNING hash",
+        )
+        .bind(agent)
+        .bind(id)
+        .bind(created)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(hashes)
+    }
+
     /// The token with this hash, if it may still be used at `now`: a bootstrap token that was
     /// used up or has expired is no credential at all.
     pub async fn find_token_by_hash(
@@ -271,7 +332,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Option<TokenRecord>> {
         sqlx::query(
-            "SELECT id, hash, role, user_name, created_at FROM tokens WHERE hash = $1 \
+            "SELECT id, hash, role, user_name, created_at, supersedes FROM tokens WHERE hash = $1 \
              AND used_at IS NULL AND (expires_at IS NULL OR expires_at > $2)",
         )
         .bind(hash)

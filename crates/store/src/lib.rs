@@ -163,6 +163,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0016_files.sql"),
         include_str!("../migrations/postgres/0016_files.sql"),
     ),
+    (
+        17,
+        "token_succession",
+        include_str!("../migrations/sqlite/0017_token_succession.sql"),
+        include_str!("../migrations/postgres/0017_token_succession.sql"),
+    ),
 ];
 
 /// PostgreSQL ends a session idle this long within a transaction ([`Store::open_with`]): the

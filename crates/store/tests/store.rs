@@ -1613,6 +1613,54 @@ on_both!(
     }
 );
 
+on_both!(
+    an_agents_token_from_a_join_supersedes_its_older_ones_once_used,
+    |db| {
+        let s = &db.store;
+        let agent_tokens = |listed: Vec<corral_api::tokens::TokenInfo>| {
+            listed
+                .into_iter()
+                .filter(|t| t.user == "a1")
+                .map(|t| t.id)
+                .collect::<Vec<_>>()
+        };
+        s.insert_token("t0", "h0", Role::Agent, "a1", t(1))
+            .await
+            .unwrap();
+        s.insert_token("other", "ho", Role::Agent, "a2", t(1))
+            .await
+            .unwrap();
+        s.insert_successor_token("t1", "h1", "a1", t(2))
+            .await
+            .unwrap();
+        // A later join's token, not used yet (its answer still on its way).
+        s.insert_successor_token("t2", "h2", "a1", t(3))
+            .await
+            .unwrap();
+        let t1 = s.find_token_by_hash("h1", t(4)).await.unwrap().unwrap();
+        assert!(t1.supersedes);
+        // t1's first use: the older t0 goes, the newer unused t2 stays, a2's are not touched.
+        assert_eq!(s.supersede_agent_tokens("t1", "a1").await.unwrap(), ["h0"]);
+        assert_eq!(agent_tokens(s.list_tokens().await.unwrap()), ["t1", "t2"]);
+        assert!(
+            !s.find_token_by_hash("h1", t(4))
+                .await
+                .unwrap()
+                .unwrap()
+                .supersedes
+        );
+        // Used again (or by another manager at once): nothing more.
+        assert!(s
+            .supersede_agent_tokens("t1", "a1")
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(s.supersede_agent_tokens("t2", "a1").await.unwrap(), ["h1"]);
+        assert_eq!(agent_tokens(s.list_tokens().await.unwrap()), ["t2"]);
+        assert!(s.find_token_by_hash("ho", t(4)).await.unwrap().is_some());
+    }
+);
+
 on_both!(what_ended_before_the_retention_is_forgotten, |db| {
     let s = &db.store;
     populate(
@@ -1754,35 +1802,16 @@ on_both!(external_agents_keys_nonces_limit_and_revocation, |db| {
         "k2"
     );
 
-    // A nonce is good once, for its agent and group, until it expires; a flood is refused.
-    s.issue_challenge("g", "e1", "n1", t(100), 2, t(10))
-        .await
-        .unwrap();
-    s.issue_challenge("g", "e1", "n2", t(100), 2, t(10))
-        .await
-        .unwrap();
-    let flood = s.issue_challenge("g", "e1", "n3", t(100), 2, t(10)).await;
-    assert!(matches!(flood, Err(StoreError::Refused(_))), "{flood:?}");
+    // A nonce joins once; used nonces are kept until they expire, then dropped.
+    assert!(s.use_nonce("n1", t(100), t(10)).await.unwrap());
+    assert!(s.use_nonce("n2", t(100), t(10)).await.unwrap());
+    assert!(!s.use_nonce("n1", t(100), t(20)).await.unwrap(), "used");
+    assert!(s.use_nonce("n3", t(300), t(100)).await.unwrap());
     assert!(
-        !s.take_challenge("n1", "g", "e2", t(20)).await.unwrap(),
-        "another agent's"
+        s.use_nonce("n1", t(300), t(200)).await.unwrap(),
+        "expired records were dropped (the manager refuses an expired nonce before)"
     );
-    assert!(s.take_challenge("n1", "g", "e1", t(20)).await.unwrap());
-    assert!(
-        !s.take_challenge("n1", "g", "e1", t(21)).await.unwrap(),
-        "used"
-    );
-    assert!(
-        !s.take_challenge("n2", "g", "e1", t(100)).await.unwrap(),
-        "expired"
-    );
-    // Expired nonces make room for new ones.
-    s.issue_challenge("g", "e1", "n4", t(300), 2, t(200))
-        .await
-        .unwrap();
-    s.issue_challenge("g", "e1", "n5", t(300), 2, t(200))
-        .await
-        .unwrap();
+    assert!(!s.use_nonce("n3", t(300), t(200)).await.unwrap(), "not yet");
 
     // The limit counts external agents taking part; the join that would pass it writes nothing.
     let joined = |id: &str| NewEvent {

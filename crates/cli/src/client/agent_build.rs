@@ -12,8 +12,10 @@ use super::Out;
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Upload a build of corral. Its version is what `FILE --version` says, and its platform
-    /// this machine's, where it just ran; give both for a build that cannot run here.
+    /// Upload a build of corral. Its version is what `FILE --version` says (FILE itself is run,
+    /// never a program of that name on PATH), and its platform this machine's, where it just
+    /// ran; give both for a build that cannot run here. A --version that a build which runs
+    /// here contradicts is refused.
     Put {
         /// The corral binary.
         file: std::path::PathBuf,
@@ -50,8 +52,24 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             platform,
             out,
         } => {
+            // The file named, never a program of that name on PATH (`put corral` is ./corral).
+            let file = std::path::absolute(&file)
+                .with_context(|| format!("finding {}", file.display()))?;
             let version = match version {
-                Some(v) => v,
+                Some(given) => {
+                    // A build that runs here must say the version it is uploaded as; one that
+                    // cannot (another platform) is taken at its word.
+                    if let Ok(said) = version_of(&file) {
+                        if said != given {
+                            bail!(
+                                "{} says it is version {said}, not {given} as --version says: \
+                                 upload it as {said}, or give the file of {given}",
+                                file.display()
+                            );
+                        }
+                    }
+                    given
+                }
                 None => version_of(&file)?,
             };
             let platform = platform.unwrap_or_else(corral_api::agent_builds::platform);

@@ -100,10 +100,14 @@ pub enum Command {
         /// exec: the plugin program, absolute.
         #[arg(long, value_name = "PROGRAM")]
         command: Option<String>,
-        /// The Unix account the scheduler's commands (and so the jobs) run as [default: the
-        /// manager's own].
+        /// The Unix account the scheduler's commands (and so the jobs) run as; required unless
+        /// --run-as-manager.
         #[arg(long, value_name = "ACCOUNT")]
         run_as: Option<String>,
+        /// Run the jobs as the manager's own account: they can read what it can (its database,
+        /// its admin token). Refused when the manager runs as root.
+        #[arg(long, conflicts_with = "run_as")]
+        run_as_manager: bool,
         /// PBS: which one [default: pbspro].
         #[arg(long, value_enum)]
         flavor: Option<Flavor>,
@@ -285,10 +289,18 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             work_dir,
             command,
             run_as,
+            run_as_manager,
             flavor,
             sessions,
             out,
         } => {
+            if run_as_manager {
+                eprintln!(
+                    "warning: group jobs will run as the manager's own account and can read \
+                     what it can (its database, its admin token); give --run-as ACCOUNT to run \
+                     them as an account of their own"
+                );
+            }
             let config = BatchConfig {
                 system: super::api_value::<SystemName>(&system)?,
                 options: BatchOptions {
@@ -299,6 +311,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     work_dir,
                     command,
                     run_as,
+                    run_as_manager,
                     flavor: flavor.map(|f| super::api_value(&f)).transpose()?,
                     sessions,
                 },
@@ -341,7 +354,14 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                     ),
                     ("work_dir", or_dash(o.work_dir.as_deref())),
                     ("command", or_dash(o.command.as_deref())),
-                    ("run_as", or_dash(o.run_as.as_deref())),
+                    (
+                        "run_as",
+                        match (&o.run_as, o.run_as_manager) {
+                            (Some(account), _) => account.clone(),
+                            (None, true) => "(the manager's own account)".into(),
+                            (None, false) => "-".into(),
+                        },
+                    ),
                     ("flavor", o.flavor.map_or("-".into(), |f| render::word(&f))),
                     ("sessions", o.sessions.to_string()),
                 ]);

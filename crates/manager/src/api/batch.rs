@@ -21,6 +21,7 @@ use corral_api::batch::{
 use corral_api::sessions::OutputFile;
 use corral_batch::{check_job_id, check_signal, staging, JobFilter};
 use corral_store::BatchJobRecord;
+use serde_json::json;
 
 use super::{find_group, new_id, Result};
 use crate::auth::Caller;
@@ -209,7 +210,8 @@ pub(super) async fn submit_job(
 ) -> Result<Response> {
     find_group(&app, &name).await?;
     let mut spec = spec;
-    spec.check()?;
+    // A user's job: not in the names of Corral's own (its pilots are found by theirs).
+    spec.check_submitted()?;
     let bound = app.batches.of(&app, &name).await?;
     let files = !spec.inputs.is_empty() || !spec.outputs.is_empty();
     // A job with files gets a directory of Corral's making, under the binding's work_dir.
@@ -614,7 +616,7 @@ async fn ended_job(
 #[utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/outputs",
-    summary = "The files of the outputs a job names, once it has ended (paths relative to its directory; links left out)",
+    summary = "The files of the outputs a job names, once it has ended (paths relative to its directory; links left out); a job with more than 10,000 files there is answered 422 `too_many_outputs`",
     params(("name" = Name, Path, description = "the group"), ("id" = corral_batch::openapi::JobId, Path, description = "the scheduler's job id")),
     responses(
         (status = 200, description = "success", body = Vec<OutputFile>),
@@ -623,6 +625,7 @@ async fn ended_job(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
+        (status = 422, response = ErrorResponse),
         (status = 502, response = ErrorResponse),
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
@@ -635,19 +638,40 @@ pub(super) async fn list_outputs(
 ) -> Result<Json<Vec<OutputFile>>> {
     let (bound, record) = ended_job(&app, &caller, &name, &id).await?;
     let dir = record.directory.as_deref().unwrap_or_default();
-    let files = staging::list(&bound.config.commands(), dir, &record.outputs).await?;
+    let max = staging::MAX_LISTED;
+    let listing = staging::list(&bound.config.commands(), dir, &record.outputs, max).await?;
+    if listing.more {
+        // Some of them would read as all of them: refused, naming the bound.
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "too_many_outputs",
+            format!(
+                "job {id:?} has more than {max} files under its outputs; fetch them one by one \
+                 by path, or have the job pack them into fewer files"
+            ),
+        )
+        .with_details(json!({"limit": max})));
+    }
     Ok(Json(
-        files
+        listing
+            .files
             .into_iter()
             .map(|(path, size)| OutputFile { path, size })
             .collect(),
     ))
 }
 
+/// The largest output file served: as large as a session's output may be. Larger ones are
+/// refused before any of them is read.
+const MAX_OUTPUT_BYTES: u64 = crate::agents::MAX_OUTPUT as u64;
+
+/// How much of an output is read at a time: what the manager holds of it at once.
+const OUTPUT_CHUNK: usize = 64 << 10;
+
 #[utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/outputs/{path}",
-    summary = "One output file of a job that has ended: an output it names, or a file under one",
+    summary = "One output file of a job that has ended: an output it names, or a file under one; streamed, up to 256 MiB (a larger file is answered 422 `output_too_large` with its size, and nothing of it is read)",
     params(("name" = Name, Path, description = "the group"), ("id" = corral_batch::openapi::JobId, Path, description = "the scheduler's job id"), ("path" = inline(SessionPath), Path, description = "a relative path of normal parts (no '.', '..' or empty part)")),
     responses(
         (status = 200, description = "the bytes", body = inline(Binary), content_type = "application/octet-stream"),
@@ -656,6 +680,7 @@ pub(super) async fn list_outputs(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
+        (status = 422, response = ErrorResponse),
         (status = 502, response = ErrorResponse),
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
@@ -676,8 +701,43 @@ pub(super) async fn get_output(
         return Err(ApiError::not_found("output", &path));
     }
     let dir = record.directory.as_deref().unwrap_or_default();
-    match staging::read(&bound.config.commands(), dir, &path).await? {
-        Some(data) => Ok(([("content-type", "application/octet-stream")], data).into_response()),
-        None => Err(ApiError::not_found("output", &path)),
-    }
+    let commands = bound.config.commands();
+    let file = match staging::open(&commands, dir, &path, MAX_OUTPUT_BYTES).await? {
+        staging::Output::File(file) => file,
+        staging::Output::Missing => return Err(ApiError::not_found("output", &path)),
+        staging::Output::TooLarge { size } => {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "output_too_large",
+                format!(
+                    "output {path:?} is {size} bytes, more than the {} MiB served; have the job \
+                     split or compress it",
+                    MAX_OUTPUT_BYTES >> 20
+                ),
+            )
+            .with_details(json!({"size": size, "limit": MAX_OUTPUT_BYTES})))
+        }
+    };
+    let size = file.size;
+    // Piece by piece as the client takes them; a read that fails ends the body early, which
+    // the client sees against the length.
+    let pieces = futures_util::stream::unfold(Some(file), |file| async move {
+        let mut file = file?;
+        match file.next_chunk(OUTPUT_CHUNK).await {
+            Ok(Some(chunk)) => Some((Ok(Bytes::from(chunk)), Some(file))),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading a batch job's output failed");
+                Some((Err(e), None))
+            }
+        }
+    });
+    Ok((
+        [
+            ("content-type", "application/octet-stream".to_string()),
+            ("content-length", size.to_string()),
+        ],
+        axum::body::Body::from_stream(pieces),
+    )
+        .into_response())
 }
