@@ -10,13 +10,18 @@ use std::time::Duration;
 use common::*;
 
 fn start_dev(dir: &Path) -> Proc {
+    start_dev_isolated(dir, "off")
+}
+
+/// `corral dev` with its sessions' sandbox `isolation` (`--isolation`).
+fn start_dev_isolated(dir: &Path, isolation: &str) -> Proc {
     let data = dir.join("data");
     let (dev, _) = start_manager(&data, &[], || {
         let mut command = Command::new(CORRAL);
         command
             .args(["dev", "--data-dir"])
             .arg(&data)
-            .args(["--capacity", "cpu=2,mem=2GiB"])
+            .args(["--capacity", "cpu=2,mem=2GiB", "--isolation", isolation])
             .env("CORRAL_CONFIG", dir.join("config.toml"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -29,6 +34,38 @@ fn start_dev(dir: &Path) -> Proc {
         || dir.join("config.toml").exists(),
     );
     dev
+}
+
+/// `corral dev --isolation on` (issue 43, items 4 and 10): the manager's data (the admin
+/// token) and the client configuration are out of its sessions' reach, and under root they do
+/// not run as root.
+#[test]
+fn dev_sessions_see_neither_the_admin_token_nor_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(dir.path());
+    let _dev = start_dev_isolated(dir.path(), "on");
+    let token = dir.path().join("data").join("admin.token");
+    assert!(token.exists());
+    let script = format!(
+        "cat {} 2>/dev/null || echo 'admin token: hidden'; \
+         cat {} 2>/dev/null || echo 'client config: hidden'; \
+         echo \"pid $$\"; id -u",
+        token.display(),
+        dir.path().join("config.toml").display()
+    );
+    let out = corral(dir.path(), &["session", "run", "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said = text(&out.stdout);
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(
+        lines[..3],
+        ["admin token: hidden", "client config: hidden", "pid 2"],
+        "{said}"
+    );
+    let uid: u32 = lines[3].parse().unwrap();
+    if corral_runtime::sandbox::is_root() {
+        assert!(uid >= corral_runtime::sandbox::DEFAULT_FIRST_UID, "{said}");
+    }
 }
 
 #[test]

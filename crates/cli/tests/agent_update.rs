@@ -185,6 +185,8 @@ fn an_idle_agent_updates_itself_and_a_corrupt_build_changes_nothing() {
     .env("CORRAL_SERVER", c.url())
     .env("CORRAL_TOKEN", created["token"].as_str().unwrap())
     .env("CORRAL_CONFIG", c.dir.path().join("none.toml"))
+    // Its held sessions wait for files of the test's directory, which a sandbox hides.
+    .env("CORRAL_AGENT_ISOLATION", "off")
     .stdout(Stdio::null())
     .stderr(log);
     let mut u1 = c.agent_from("u1", u1);

@@ -33,6 +33,8 @@ fn start_dev(dir: &Path) -> Proc {
             .arg(&data)
             .env("PATH", &path)
             .env("CORRAL_CONFIG", dir.join("config.toml"))
+            // Sessions here leave their pid in the test's directory, which a sandbox hides.
+            .env("CORRAL_AGENT_ISOLATION", "off")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         command
