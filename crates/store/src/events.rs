@@ -250,21 +250,8 @@ impl Store {
         user: &str,
         now: Timestamp,
     ) -> Result<()> {
-        let done = sqlx::query(
-            "INSERT INTO tokens (id, hash, role, user_name, created_at) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-        )
-        .bind(id)
-        .bind(hash)
-        .bind(name_of(&role))
-        .bind(user)
-        .bind(now.0)
-        .execute(&self.write)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::conflict("token", id));
-        }
-        Ok(())
+        self.insert_token_row(id, hash, &role, user, false, now)
+            .await
     }
 
     /// Stores agent `agent`'s token from a join: once first used, it supersedes the agent's
@@ -276,14 +263,29 @@ impl Store {
         agent: &str,
         now: Timestamp,
     ) -> Result<()> {
+        self.insert_token_row(id, hash, &Role::Agent, agent, true, now)
+            .await
+    }
+
+    async fn insert_token_row(
+        &self,
+        id: &str,
+        hash: &str,
+        role: &Role,
+        user: &str,
+        supersedes: bool,
+        now: Timestamp,
+    ) -> Result<()> {
         let done = sqlx::query(
             "INSERT INTO tokens (id, hash, role, user_name, created_at, supersedes) \
-             VALUES ($1, $2, 'agent', $3, $4, TRUE) ON CONFLICT DO NOTHING",
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
         )
         .bind(id)
         .bind(hash)
-        .bind(agent)
+        .bind(name_of(role))
+        .bind(user)
         .bind(now.0)
+        .bind(supersedes)
         .execute(&self.write)
         .await?;
         if done.rows_affected() == 0 {
