@@ -23,8 +23,10 @@ if [ "$(schemathesis --version 2>/dev/null)" != "schemathesis, version $SCHEMATH
   python3 -m pip install -q "schemathesis==$SCHEMATHESIS_VERSION"
 fi
 # The `corral` binary the test command built (`--no-run`: nothing to do after it); `cargo build
-# -p corral-cli` would build every dependency again with the CLI's features alone.
-cargo test --workspace --locked --no-run
+# -p corral-cli` would build every dependency again with the CLI's features alone. BUILT=1: the
+# caller built it (.ci/run, which runs this beside the tests: a second cargo would wait for the
+# test command's lock until the tests end).
+[ -n "${BUILT:-}" ] || cargo test --workspace --locked --no-run
 
 work=$(mktemp -d /tmp/corral-schemathesis.XXXXXX)
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -5,7 +5,7 @@
 //! scheduler can never satisfy refused at submit with its reason. Without the schedulers the
 //! tests are skipped (and fail under `CI=true`).
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 

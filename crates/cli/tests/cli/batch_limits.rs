@@ -4,7 +4,7 @@
 //! job named like a pilot by the jobs' account is neither adopted nor cancelled by the manager.
 //! Without Slurm the tests are skipped (and fail under `CI=true`).
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;

@@ -4,7 +4,7 @@
 //! machines, so the test boots each instance itself the way an image's start-up script would:
 //! it reads the instance's user data and starts `corral agent` with what it says.
 #![cfg(feature = "aws")]
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! A real Prometheus (Debian's package) scrapes a running `corral server` with a token, and a
 //! query of the metrics (docs/metrics.md) answers what was submitted.
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! and run the sessions, and once idle the group goes back to zero: no agent alive, no pilot job
 //! left in the scheduler. Without the schedulers the tests are skipped (and fail under `CI=true`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;

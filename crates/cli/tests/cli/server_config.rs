@@ -1,7 +1,7 @@
 //! `corral server --config FILE`: the file's keys are the flags' names; a flag given on the
 //! command line wins over the file; an unknown key is refused, naming the file and the key. A
 //! second server on one SQLite data directory is refused, naming the first.
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Issue 9: the daemons ignore SIGPIPE. A manager whose log reader went away (`corral server
 //! 2>&1 | head -c 200`) or whose exec plugin exits without reading its request goes on serving;
 //! before, it died of SIGPIPE (exit by signal 13) at the next log line or plugin call.
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::os::unix::process::ExitStatusExt;

@@ -1,7 +1,7 @@
 //! Sessions run for real: `corral dev` and `corral session run`, outputs and logs, and an agent
 //! killed with SIGKILL whose sessions are requeued and run on another agent.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

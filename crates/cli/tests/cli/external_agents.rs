@@ -5,7 +5,7 @@
 //! Proofs no honest agent sends (a bad signature, a replayed or foreign nonce, a stale time)
 //! are made with the API client.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

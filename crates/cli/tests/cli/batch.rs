@@ -6,7 +6,7 @@
 //! the scheduler can never satisfy refused at submit with its reason. Without the schedulers
 //! the tests are skipped (and fail under `CI=true`).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

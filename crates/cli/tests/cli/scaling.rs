@@ -1,7 +1,7 @@
 //! Groups that really grow and shrink: the `process` and `docker` providers start `corral agent`
 //! processes or containers for a group with min 0 and max 4, and the whole story (scale out, run,
 //! idle, mark, drain, scale back to 0) is read back from the events, as an operator would.
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -7,7 +7,7 @@
 //! Each session appends the time (ns) to a file of its run every 50 ms: the runs' files are
 //! what a user would look at to see whether it ran twice at once.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

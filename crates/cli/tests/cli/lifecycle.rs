@@ -2,7 +2,7 @@
 //! token its join made), then its group deleted; tokens listed and revoked, a revoked one
 //! refused at once; an expired bootstrap token forgotten after the manager's retention.
 
-mod common;
+use crate::common;
 
 use common::{ok, text, Cluster};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! scaling events, checks what the pages show, follows a session's log as it grows, and checks
 //! that one user cannot see another's session. Screenshots are kept in
 //! `target/tmp/dashboard/` as the test's artifacts.
-mod common;
+use crate::common;
 
 use std::process::Command;
 

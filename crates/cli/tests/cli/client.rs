@@ -1,7 +1,7 @@
 //! The client subcommands as a user runs them, against a real manager (`corral server` as a
 //! child process on a free port, with its own data directory).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

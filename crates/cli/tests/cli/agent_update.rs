@@ -7,7 +7,7 @@
 //! unmarked, with an event, and is not asked again; a session on another agent runs through
 //! the whole exercise untouched.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

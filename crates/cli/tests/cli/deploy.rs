@@ -2,7 +2,7 @@
 //! on the published port, and its data outlives a restart of the container (the volume).
 //! The base is the agent image `corral agent-image` builds (nothing can be pulled here); it holds
 //! the same C library and a shell, as the Dockerfile asks of a base.
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! `corral completions SHELL`: scripts a shell can load, naming the subcommands.
-mod common;
+use crate::common;
 
 use common::{text, CORRAL};
 

@@ -2,7 +2,7 @@
 //! that trust that CA through `--ca-file` (or `CORRAL_CA_FILE`, or `ca_file` in the client
 //! config), and what users see when something does not fit.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

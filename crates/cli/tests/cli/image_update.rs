@@ -5,7 +5,7 @@
 //! image to the end, the next one runs the new one, and an agent of a group with the policy off
 //! keeps the old one.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! in one manager at a time (its lease), every instance is launched once, and when the owner
 //! is killed another manager takes the group over and runs what comes next.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! itself, and every submit it acknowledged is there and runs. The server is the test's own
 //! (`corral_testkit::Postgres`), not the shared one other tests use.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,7 @@
 //! `session submit` as people type it: the same defaults as `run` (the config's group, else
 //! `dev`; one CPU), `--count` for an array of identical sessions, and sessions that learn their
 //! id, group and allocation from their environment.
-mod common;
+use crate::common;
 
 use common::{ok, Cluster};
 

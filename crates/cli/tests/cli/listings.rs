@@ -2,7 +2,7 @@
 //! first with `--active`, with each session's age, run time, agent and command; an unknown
 //! group is an error naming it, not an empty list.
 
-mod common;
+use crate::common;
 
 use common::{ok, text, Cluster};
 use serde_json::Value;

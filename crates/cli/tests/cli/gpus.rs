@@ -3,7 +3,7 @@
 //! tests); the agent reports four devices, and each session sees exactly the devices it was
 //! given, in `CUDA_VISIBLE_DEVICES`, `NVIDIA_VISIBLE_DEVICES` and `CORRAL_GPU_SHARES`.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! `-o json` everywhere, with errors as JSON on stderr; request errors that name the slot; an
 //! image's minimums named when they raise a request; `session run --count`; a session killed by
 //! a signal exits as a shell reports it; output printed while the session still runs.
-mod common;
+use crate::common;
 
 use std::io::BufRead;
 
