@@ -41,10 +41,18 @@ pub struct NewSession {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(max_items = 8))]
     pub constraints: Vec<corral_core::DeviceConstraint>,
+    /// Submits an array: one session per index of the range (`{"first": 0, "last": 9999,
+    /// "step": 2, "max_running": 100}` is `0-9999:2%100`), all or none, each with
+    /// `CORRAL_ARRAY_ID` and `CORRAL_ARRAY_INDEX` in its environment and `{index}` replaced by
+    /// its index in its command, inputs and outputs. At most 1,000,000 sessions; a range that
+    /// is not one is a 400 naming `array`. Not on a group whose sessions run as batch jobs
+    /// (422).
+    #[serde(default)]
+    pub array: Option<corral_core::ArrayRange>,
 }
 
 /// The answer to `POST /sessions`: the new session's id and state (pending; or rejected is
-/// refused with 422 instead).
+/// refused with 422 instead), or of an array, the array's id and what it made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Submitted {
@@ -53,6 +61,10 @@ pub struct Submitted {
     pub state: SessionState,
     /// What the session needs: its request, raised to its image's minimums.
     pub required: Slots,
+    /// The array made, when the submission named one (`id` is then the array's id); null
+    /// otherwise.
+    #[serde(default)]
+    pub array: Option<crate::arrays::SubmittedArray>,
 }
 
 /// The submitted fields the cycle does not read, kept with the session. Only its owner and
@@ -94,6 +106,9 @@ pub struct SessionView {
     /// The scheduler's job that runs it, on a group whose sessions run as batch jobs.
     #[serde(default)]
     pub batch_job: Option<String>,
+    /// Its index in its array (`array` names the array); null for a session of no array.
+    #[serde(default)]
+    pub array_index: Option<u32>,
     /// Its state changes, oldest first; in `GET /sessions/{id}` only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<HistoryEntry>,
@@ -132,6 +147,9 @@ pub struct SessionQuery {
     /// Only sessions not ended (pending, scheduled, running) with `true`; only ended ones with
     /// `false`.
     pub active: Option<bool>,
+    /// Only the sessions of this array (by index), or with `none`, only sessions of no array
+    /// (with `GET /arrays`, what a listing that folds arrays reads). An unknown array is a 404.
+    pub array: Option<String>,
 }
 
 /// Which sessions a listing shows first.

@@ -1,6 +1,8 @@
 //! `corral bench api`: load through the real HTTP API and store. A manager runs in this process
 //! (sharing the machine with the load, as it would share a host with its clients); agents
-//! registered by hand with ample capacity accept every placement.
+//! registered by hand with ample capacity accept every placement. Three cases per database:
+//! throughput (many clients, single submits), the latency of paced submits, and one array of
+//! 100,000 sessions submitted in one request and placed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -8,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use corral_api::agents::RegisterAgent;
-use corral_api::sessions::NewSession;
+use corral_api::sessions::{NewSession, Submitted};
 use corral_api::Client;
-use corral_core::SessionType;
+use corral_core::{ArrayRange, SessionType};
 use serde_json::{json, Value};
 
 /// Agents the bench registers; their capacity never runs out during a run.
@@ -52,20 +54,27 @@ pub async fn run(
     seconds: u64,
 ) -> Result<()> {
     case("sqlite", None, sessions, concurrency, rate, seconds).await?;
+    array_case("sqlite", None).await?;
     if let Some(url) = database_url {
-        case("postgres", Some(url), sessions, concurrency, rate, seconds).await?;
+        case(
+            "postgres",
+            Some(url.clone()),
+            sessions,
+            concurrency,
+            rate,
+            seconds,
+        )
+        .await?;
+        array_case("postgres", Some(url)).await?;
     }
     Ok(())
 }
 
-async fn case(
-    label: &str,
-    database_url: Option<String>,
-    sessions: usize,
-    concurrency: usize,
-    rate: u32,
-    seconds: u64,
-) -> Result<()> {
+/// Sessions in the array `array_case` submits.
+const ARRAY_SESSIONS: u32 = 100_000;
+
+/// A fresh manager and group with `AGENTS` agents of ample room, and a client for it.
+async fn fresh_target(database_url: Option<String>) -> Result<(InProcess, Arc<Target>)> {
     let manager = InProcess::start(database_url).await?;
     let group = manager.group.clone();
     let target = Arc::new(Target {
@@ -96,6 +105,85 @@ async fn case(
         };
         target.post(&["agents"], &agent).await?;
     }
+    Ok((manager, target))
+}
+
+/// One array of `ARRAY_SESSIONS` sessions in one POST, on a fresh manager whose agents have
+/// room for all: the time from the POST until none is pending (all placed, state
+/// `scheduled`).
+async fn array_case(label: &str, database_url: Option<String>) -> Result<()> {
+    let (_manager, target) = fresh_target(database_url).await?;
+    let body = NewSession {
+        array: Some(ArrayRange {
+            first: 0,
+            last: ARRAY_SESSIONS - 1,
+            step: 1,
+            max_running: None,
+        }),
+        command: vec!["echo".into(), "{index}".into()],
+        ..target.session.clone()
+    };
+    let start = Instant::now();
+    let submitted: Submitted = target
+        .client
+        .post(&["sessions"], Some(&body))
+        .await?
+        .body()?;
+    let acknowledged = start.elapsed();
+    let array = submitted
+        .array
+        .context("the answer to an array's submission describes no array")?;
+    if array.sessions != ARRAY_SESSIONS {
+        bail!(
+            "the array made {} sessions, not {ARRAY_SESSIONS}",
+            array.sessions
+        );
+    }
+    let pending = [
+        ("array", Some(array.id.clone())),
+        ("state", Some("pending".to_string())),
+        ("limit", Some("1".to_string())),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let list: Vec<Value> = target.client.get(&["sessions"], &pending).await?.body()?;
+        if list.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("sessions of the array still pending two minutes after its submission");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let placed = start.elapsed();
+    let view: Value = (target.client)
+        .get(&["arrays", array.id.as_str()], &[])
+        .await?
+        .body()?;
+    if view["counts"]["scheduled"] != json!(ARRAY_SESSIONS) {
+        bail!(
+            "not all of the array's sessions were placed: {}",
+            view["counts"]
+        );
+    }
+    println!("api_{label}_array_submit_100k_ms {} ms", placed.as_millis());
+    eprintln!(
+        "# {label}: an array of {ARRAY_SESSIONS} sessions acknowledged after {} ms, all placed after {} ms",
+        acknowledged.as_millis(),
+        placed.as_millis()
+    );
+    Ok(())
+}
+
+async fn case(
+    label: &str,
+    database_url: Option<String>,
+    sessions: usize,
+    concurrency: usize,
+    rate: u32,
+    seconds: u64,
+) -> Result<()> {
+    let (_manager, target) = fresh_target(database_url).await?;
 
     // Throughput: `concurrency` clients submit as fast as answers come; the clock stops when
     // the last session is placed.

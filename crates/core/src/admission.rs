@@ -170,6 +170,7 @@ mod tests {
             in_flight: vec![],
             last_scale_out: None,
             launch_limits: Default::default(),
+            array_holding: Default::default(),
         }
     }
 

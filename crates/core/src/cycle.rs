@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use foldhash::fast::FixedState;
 
 use crate::admission;
+use crate::arrays::Caps;
 use crate::carry::{Carry, Held};
 use crate::decisions::{
     AgentDecision, Decisions, Infeasible, Launch, NoLaunch, Placement, Rejection, WaitReason,
@@ -30,6 +31,11 @@ use crate::snapshot::Snapshot;
 ///    a trial placement on today's agents leaves unmet;
 /// 3. schedule: place pending sessions, in sequencer order and under the head-of-line rule, on
 ///    agents that take sessions after the scaling decisions (never on one marked in this pass).
+///
+/// A session of an array with a limit (`%N`) whose array has as many sessions holding capacity
+/// ([`Snapshot::array_holding`]) or ahead of it in the queue as the limit is left out of steps
+/// 2 and 3: it is neither demand for scale-out nor placed, holds no one back, and waits with
+/// [`WaitReason::ArrayLimit`].
 pub fn cycle(s: &Snapshot) -> Decisions {
     run(s, None)
 }
@@ -204,8 +210,13 @@ struct Queue<'p> {
     /// Per admitted session: its required shares.
     needs: Vec<&'p [u64]>,
     requests: Vec<Request<'p>>,
-    /// Indexes into `sessions`, in the sequencer's order.
+    /// Indexes into `sessions`, in the sequencer's order: those the pass may place (its arrays'
+    /// limits let them).
     order: Vec<usize>,
+    /// Indexes into `sessions` of those their arrays' limits keep waiting, in the order of the
+    /// sequencer's keys.
+    capped: Vec<usize>,
+    caps: Caps<'p>,
 }
 
 /// Step 1: rejects, with the reason, the pending sessions that no agent and no launchable template
@@ -240,7 +251,7 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
         .iter()
         .map(|&c| &*pass.class_needs[c])
         .collect();
-    let order = queue_order(s, pass, &sessions, &needs);
+    let (order, capped, caps) = queue_order(s, pass, &sessions, &needs);
     let requests: Vec<Request> = admitted
         .iter()
         .zip(&admitted_class)
@@ -256,43 +267,57 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
         needs,
         requests,
         order,
+        capped,
+        caps,
     }
 }
 
-/// The sequencer's order of the admitted sessions (DRF counts what each owner holds against the
-/// group's capacity, over the named slots: a device's whole or fraction dimensions are not
-/// amounts, and its shares are in the `gpu` slot already).
-fn queue_order(s: &Snapshot, pass: &Pass, sessions: &[&Session], needs: &[&[u64]]) -> Vec<usize> {
+/// The sequencer's order of the admitted sessions that their arrays' limits let the pass place,
+/// and those they keep waiting (DRF counts what each owner holds against the group's capacity,
+/// over the named slots: a device's whole or fraction dimensions are not amounts, and its
+/// shares are in the `gpu` slot already).
+fn queue_order<'p>(
+    s: &Snapshot,
+    pass: &Pass,
+    sessions: &[&'p Session],
+    needs: &[&[u64]],
+) -> (Vec<usize>, Vec<usize>, Caps<'p>) {
     let sequencer = s.group.scheduler.sequencer;
     if sessions.is_empty() {
-        return Vec::new();
+        return Default::default();
     }
-    let mut usage = Usage::default();
-    let mut total = Vec::new();
+    // An array's sessions are let in by its limit in the keys' order (the lowest index first,
+    // when the store gives them one submission time and ids in index order), before fair
+    // share weighs owners: the sessions the limit keeps waiting count for none.
+    let keyed = schedule::keyed_order(sequencer, sessions);
+    let (caps, order, capped) = Caps::split(&s.array_holding, sessions, &keyed);
+    if sequencer != Sequencer::Drf {
+        return (order, capped, caps);
+    }
     // Only fair share weighs what owners hold, and only for owners in the queue.
-    if sequencer == Sequencer::Drf {
-        let index = pass.index();
-        let named = index.names().len();
-        for x in sessions {
-            usage
-                .entry(Key(&x.owner))
-                .or_insert_with(|| vec![0; named].into_boxed_slice());
-        }
-        for (owner, r) in &pass.holding {
-            if let Some(u) = usage.get_mut(&Key(owner)) {
-                index.add(u, r);
-            }
-        }
-        total = vec![0u64; named];
-        for a in s
-            .agents
-            .iter()
-            .filter(|a| matches!(a.state, AgentState::Alive | AgentState::Marked))
-        {
-            index.add(&mut total, &a.capacity);
+    let mut usage = Usage::default();
+    let index = pass.index();
+    let named = index.names().len();
+    for &k in &order {
+        usage
+            .entry(Key(&sessions[k].owner))
+            .or_insert_with(|| vec![0; named].into_boxed_slice());
+    }
+    for (owner, r) in &pass.holding {
+        if let Some(u) = usage.get_mut(&Key(owner)) {
+            index.add(u, r);
         }
     }
-    schedule::sequence(sequencer, sessions, needs, &usage, &total)
+    let mut total = vec![0u64; named];
+    for a in s
+        .agents
+        .iter()
+        .filter(|a| matches!(a.state, AgentState::Alive | AgentState::Marked))
+    {
+        index.add(&mut total, &a.capacity);
+    }
+    let order = schedule::drf_order(&order, sessions, needs, &usage, &total);
+    (order, capped, caps)
 }
 
 /// What step 2 leaves to step 3: the trial placement and the scaling plan made on it.
@@ -416,7 +441,7 @@ fn scale<'p>(
 /// no room, placement finds none either.
 fn room_for_any(pass: &Pass, queue: &Queue, open: &[bool]) -> bool {
     let mut asked = vec![false; pass.class_needs.len()];
-    queue.requests.iter().any(|r| {
+    queue.order.iter().map(|&k| &queue.requests[k]).any(|r| {
         !std::mem::replace(&mut asked[r.class], true)
             && (pass.dims.agent_free.iter().zip(open)).any(|(free, &o)| o && fits(r.need, free))
     })
@@ -458,7 +483,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
     let config = &s.group.scheduler;
     // With no queue, or when nothing was unmarked and no blocked session holds the queue, the
     // trial placement is the answer: agents marked now received nothing in it, so closing them changes no choice.
-    let trial_stands = queue.requests.is_empty()
+    let trial_stands = queue.order.is_empty()
         || (plan.unmarks.is_empty()
             && (unmet.iter()).all(|&k| !config.holds_queue(queue.requests[k].blocked_passes)));
     let placed = if trial_stands {
@@ -507,7 +532,7 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
     decisions.placements.reserve_exact(placed_count);
     decisions
         .waiting
-        .reserve_exact(queue.order.len() - placed_count);
+        .reserve_exact(queue.order.len() - placed_count + queue.capped.len());
     for &k in &queue.order {
         let session = queue.sessions[k];
         match placed.outcomes[k] {
@@ -541,5 +566,24 @@ fn schedule(s: &Snapshot, pass: &Pass, queue: &Queue, scaled: Scaled, decisions:
                 }),
             }),
         }
+    }
+    if queue.capped.is_empty() {
+        return;
+    }
+    let placed_now = (queue.order.iter().copied())
+        .filter(|&k| matches!(placed.outcomes[k], Outcome::Placed { .. }));
+    let running = queue.caps.running(placed_now);
+    for &k in &queue.capped {
+        let Some((array, max_running, a)) = queue.caps.array_of(k) else {
+            continue;
+        };
+        decisions.waiting.push(Waiting {
+            session: queue.sessions[k].id.clone(),
+            reason: WaitReason::ArrayLimit {
+                array: array.to_string(),
+                max_running,
+                running: running[a],
+            },
+        });
     }
 }

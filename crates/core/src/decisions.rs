@@ -145,6 +145,26 @@ pub enum WaitReason {
     HeldBehind { session: SessionId },
     /// No agent has room, and the policy does not launch for it now.
     NoRoom { because: NoLaunch },
+    /// Its array's limit (`%max_running`) keeps it waiting: `running` of the array's sessions
+    /// hold capacity after this pass (scheduled or running), and the others up to the limit
+    /// are ahead of it in the queue. Nothing is launched for it.
+    ArrayLimit {
+        array: String,
+        max_running: u32,
+        running: u32,
+    },
+}
+
+impl WaitReason {
+    /// Whether the session waited for room this pass, so that the pass counts toward its
+    /// `blocked_passes` (backfill's `skip_after`): not when it was held behind another session
+    /// or kept waiting by its array's limit, which found it no agent to try.
+    pub fn counts_as_blocked(&self) -> bool {
+        !matches!(
+            self,
+            WaitReason::HeldBehind { .. } | WaitReason::ArrayLimit { .. }
+        )
+    }
 }
 
 /// Why the policy launches nothing for a session that has no room.
@@ -233,6 +253,21 @@ impl fmt::Display for WaitReason {
                     NoLaunch::Queue => f.write_str(" yet"),
                 }
             }
+            WaitReason::ArrayLimit {
+                array,
+                max_running,
+                running,
+            } => match max_running.checked_sub(*running).filter(|&ahead| ahead > 0) {
+                Some(ahead) => write!(
+                    f,
+                    "its array {array} has {running} running and {ahead} ahead of it in the \
+                     queue, its limit (%{max_running})"
+                ),
+                None => write!(
+                    f,
+                    "its array {array} has {running} running, its limit (%{max_running})"
+                ),
+            },
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod agent_update;
+pub mod arrays;
 pub mod carry;
 pub mod cycle;
 pub mod decisions;
@@ -30,6 +31,7 @@ pub mod snapshot;
 pub mod workload;
 
 pub use agent_update::AgentUpdate;
+pub use arrays::{ArrayError, ArrayMember, ArrayRange, MAX_ARRAY_SESSIONS};
 pub use carry::Carry;
 pub use cycle::{cycle, cycle_carrying};
 pub use decisions::*;

@@ -482,6 +482,10 @@ pub struct Session {
     /// The devices it holds, once placed.
     #[serde(default)]
     pub devices: Vec<DeviceGrant>,
+    /// The array it is one of, if any, with the array's limit (`%N`): the pass places no more of
+    /// an array's sessions than its limit lets hold capacity at once.
+    #[serde(default)]
+    pub array: Option<crate::arrays::ArrayMember>,
 }
 
 /// A container image and the least it needs to run.

@@ -212,6 +212,14 @@ impl Problem {
                 });
             }
         }
+        // A problem lists the sessions of its arrays that hold capacity: they are counted.
+        let mut array_holding = BTreeMap::new();
+        for s in self.sessions.iter().filter(|s| s.state.holds_capacity()) {
+            if let Some(array) = s.array.as_ref().filter(|a| a.max_running.is_some()) {
+                let n = array_holding.entry(array.id.clone()).or_insert(0u32);
+                *n = n.saturating_add(1);
+            }
+        }
         Ok(Snapshot {
             now: self.now,
             group,
@@ -221,6 +229,7 @@ impl Problem {
             in_flight: self.in_flight,
             last_scale_out: self.last_scale_out,
             launch_limits: Default::default(),
+            array_holding,
         })
     }
 }

@@ -77,18 +77,26 @@ pub fn sequence<N: AsRef<[u64]>>(
     usage: &Usage,
     total: &[u64],
 ) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..sessions.len()).collect();
-    let keys = queue_order(sequencer);
-    order.sort_by(|&a, &b| by_keys(keys, sessions[a], sessions[b]));
+    let order = keyed_order(sequencer, sessions);
     if sequencer == Sequencer::Drf {
-        order = drf_order(&order, sessions, needs, usage, total);
+        return drf_order(&order, sessions, needs, usage, total);
     }
     order
 }
 
+/// The order of `sessions` by their sequencer's keys ([`queue_order`]): [`sequence`]'s, but
+/// for fair share, which starts from it.
+pub fn keyed_order(sequencer: Sequencer, sessions: &[&Session]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..sessions.len()).collect();
+    let keys = queue_order(sequencer);
+    order.sort_by(|&a, &b| by_keys(keys, sessions[a], sessions[b]));
+    order
+}
+
 /// Progressive filling: repeatedly serve the owner with the smallest dominant share, as if each
-/// session served were placed.
-fn drf_order<N: AsRef<[u64]>>(
+/// session served were placed. `fifo` is the sessions to order (indexes into `sessions`, a
+/// subset of them when some are left out), in [`keyed_order`].
+pub(crate) fn drf_order<N: AsRef<[u64]>>(
     fifo: &[usize],
     sessions: &[&Session],
     needs: &[N],
@@ -541,6 +549,7 @@ mod tests {
             blocked_passes: 0,
             constraints: Vec::new(),
             devices: Vec::new(),
+            array: None,
         }
     }
 

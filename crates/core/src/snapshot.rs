@@ -29,6 +29,12 @@ pub struct Snapshot {
     /// budget spent): how many instances of each the policy may still launch, and why.
     #[serde(default)]
     pub launch_limits: BTreeMap<String, LaunchLimit>,
+    /// Per array with a limit (`%N`) and pending sessions here, by its id: how many of its
+    /// sessions hold capacity now (scheduled or running), wherever they are (those holding
+    /// capacity need not be in `sessions`, and the pass does not count those that are). An
+    /// array not named holds none.
+    #[serde(default)]
+    pub array_holding: BTreeMap<String, u32>,
 }
 
 impl Snapshot {

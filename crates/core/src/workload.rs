@@ -100,6 +100,7 @@ pub fn sessions(n: usize, rng: &mut Rng) -> Vec<Session> {
                 blocked_passes: 0,
                 constraints: Vec::new(),
                 devices: Vec::new(),
+                array: None,
             }
         })
         .collect()
@@ -160,6 +161,7 @@ pub fn snapshot(policy: PolicyKind, agents_n: usize, sessions_n: usize, seed: u6
         in_flight: vec![],
         last_scale_out: None,
         launch_limits: Default::default(),
+        array_holding: Default::default(),
     }
 }
 
@@ -268,6 +270,7 @@ pub fn gpu_snapshot(agents_n: usize, sessions_n: usize, seed: u64) -> Snapshot {
                 blocked_passes: 0,
                 constraints,
                 devices: Vec::new(),
+                array: None,
             }
         })
         .collect();
@@ -290,6 +293,7 @@ pub fn gpu_snapshot(agents_n: usize, sessions_n: usize, seed: u64) -> Snapshot {
         in_flight: vec![],
         last_scale_out: None,
         launch_limits: Default::default(),
+        array_holding: Default::default(),
     }
 }
 

@@ -71,6 +71,7 @@ fn pending(
         blocked_passes: 0,
         constraints,
         devices: Vec::new(),
+        array: None,
     }
 }
 

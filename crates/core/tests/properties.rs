@@ -1,5 +1,6 @@
 //! Invariants of the cycle over random groups: no over-allocation, nothing on marked agents,
-//! rejected sessions launch nothing, limits hold, every session is accounted for, determinism.
+//! rejected sessions launch nothing, limits hold, every session is accounted for, determinism,
+//! and arrays' limits: no more placed than they let hold capacity.
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,7 +33,7 @@ fn agent() -> impl Strategy<Value = (usize, u64, u64, u8, bool, bool, i64)> {
     )
 }
 
-fn session() -> impl Strategy<Value = (u64, u64, u8, i32, u32, bool)> {
+fn session() -> impl Strategy<Value = (u64, u64, u8, i32, u32, bool, u8)> {
     (
         0..=20u64,
         0..=5u64,
@@ -40,6 +41,8 @@ fn session() -> impl Strategy<Value = (u64, u64, u8, i32, u32, bool)> {
         0..3i32,
         0..3u32,
         prop::bool::weighted(0.1),
+        // Of no array, of array `x` or of array `y`.
+        prop_oneof![3 => Just(0u8), 1 => 1..3u8],
     )
 }
 
@@ -54,6 +57,8 @@ prop_compose! {
         (headroom_cpu, headroom_gpu) in (0..8u64, 0..2u64),
         cooling in any::<bool>(),
         (sequencer, placement, strict, skip_after) in (0..4u8, any::<bool>(), any::<bool>(), 0..3u32),
+        // Per array: its limit, and how many of its sessions hold capacity elsewhere.
+        arrays in [(prop::option::of(1..4u32), 0..4u32), (prop::option::of(1..4u32), 0..4u32)],
     ) -> Snapshot {
         let templates: Vec<InstanceTemplate> = templates.iter().enumerate().map(|(i, &(cpu, gpu, cents, max))| InstanceTemplate {
             name: format!("t{i}"), slots: slots(cpu, gpu), price_per_hour: f64::from(cents) / 100.0, max, labels: Default::default(),
@@ -71,12 +76,21 @@ prop_compose! {
                 devices: Vec::new(),
             }
         }).collect();
-        let sessions = sessions.iter().enumerate().map(|(i, &(cpu, gpu, owner, priority, blocked, running))| Session {
+        let names = ["x", "y"];
+        let array_holding = (names.iter().zip(&arrays))
+            .filter(|(_, (max, _))| max.is_some())
+            .map(|(name, &(_, held))| (name.to_string(), held))
+            .collect();
+        let sessions = sessions.iter().enumerate().map(|(i, &(cpu, gpu, owner, priority, blocked, running, array))| Session {
             id: SessionId(format!("s{i:02}")), group: "g".into(), owner: format!("u{owner}"), priority,
             request: slots(cpu, gpu), image: None, kind: SessionType::Batch, submitted_at: Timestamp(i as i64),
             state: if running { SessionState::Running } else { SessionState::Pending }, agent: None, blocked_passes: blocked,
             constraints: Vec::new(),
             devices: Vec::new(),
+            array: (array > 0).then(|| ArrayMember {
+                id: names[array as usize - 1].into(),
+                max_running: arrays[array as usize - 1].0,
+            }),
         }).collect();
         let in_flight = in_flight.iter().map(|&(t, count)| InFlight { template: templates[t % templates.len()].name.clone(), count, since: Timestamp(0) }).collect();
         Snapshot {
@@ -99,6 +113,7 @@ prop_compose! {
             agents, sessions, images: vec![], in_flight,
             last_scale_out: cooling.then_some(Timestamp(690_000)),
             launch_limits: Default::default(),
+            array_holding,
         }
     }
 }
@@ -189,6 +204,23 @@ proptest! {
             let a = s.agents.iter().find(|a| a.id == t.agent).unwrap();
             prop_assert!(a.state == AgentState::Marked && a.is_idle() && !a.external);
             prop_assert!(!d.unmarks.iter().any(|u| u.agent == t.agent));
+        }
+    }
+
+    #[test]
+    fn no_array_is_given_more_than_its_limit(s in snapshots()) {
+        let d = cycle(&s);
+        let mut placed: HashMap<&str, u32> = HashMap::new();
+        for p in &d.placements {
+            let x = s.sessions.iter().find(|x| x.id == p.session).unwrap();
+            if let Some(ArrayMember { id, max_running: Some(_) }) = &x.array {
+                *placed.entry(id).or_default() += 1;
+            }
+        }
+        for (id, n) in placed {
+            let max = s.sessions.iter().find_map(|x| x.array.as_ref().filter(|a| a.id == id)?.max_running).unwrap();
+            let held = s.array_holding.get(id).copied().unwrap_or(0);
+            prop_assert!(n + held <= max.max(held), "array {} given {} beside {} with limit %{}", id, n, held, max);
         }
     }
 

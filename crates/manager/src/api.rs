@@ -5,10 +5,11 @@
 //! One module per resource: `tokens.rs` (tokens, bootstrap tokens), `groups.rs` (a group's
 //! settings, templates, provider and instances), `merge_patch.rs` (JSON merge patch, RFC 7396,
 //! for `PATCH /groups/{name}`), `group_state.rs` (a group's queue, shares, required slots and
-//! plan), `history.rs` (a group's series over a window), `batch.rs` (a group's batch system: binding, jobs, nodes, configuration), `images.rs`, `sessions.rs`, `agent_registry.rs` (agents as people see and manage them;
+//! plan), `history.rs` (a group's series over a window), `batch.rs` (a group's batch system: binding, jobs, nodes, configuration), `images.rs`, `sessions.rs`, `arrays.rs` (session arrays: made by `POST /sessions`, read, listed and cancelled as one), `agent_registry.rs` (agents as people see and manage them;
 //! the agents' own side, join and sync, is `crate::agents`) and `events.rs`.
 
 mod agent_registry;
+mod arrays;
 mod batch;
 mod events;
 mod group_state;
@@ -225,6 +226,9 @@ pub fn router(app: App) -> Router {
         )
         .route("/api/v1/sessions/{id}", get(sessions::get_session))
         .route("/api/v1/sessions/{id}/cancel", post(sessions::cancel))
+        .route("/api/v1/arrays", get(arrays::list_arrays))
+        .route("/api/v1/arrays/{id}", get(arrays::get_array))
+        .route("/api/v1/arrays/{id}/cancel", post(arrays::cancel_array))
         .route(
             "/api/v1/agents",
             get(agent_registry::list_agents).post(agent_registry::register_agent),

@@ -82,14 +82,23 @@ impl Batches {
         app: &App,
         group: &str,
     ) -> Result<Option<Arc<Bound>>, ApiError> {
+        if !self.runs_sessions(app, group).await? {
+            return Ok(None);
+        }
+        self.of(app, group).await.map(Some)
+    }
+
+    /// Whether the group runs its sessions as batch jobs (binding option `sessions`), read
+    /// from its binding without connecting its adaptor; as [`Batches::for_sessions`] reads it.
+    pub async fn runs_sessions(&self, app: &App, group: &str) -> Result<bool, ApiError> {
         let known = self.on_agents().get(group).copied();
         if known.is_some_and(|since| since.elapsed() < ON_AGENTS_FOR) {
-            return Ok(None);
+            return Ok(false);
         }
         let stored = match app.store.get_group_batch(group).await {
             Ok(Some(stored)) => Some(stored),
             Ok(None) => None,
-            Err(corral_store::StoreError::NotFound { .. }) => return Ok(None),
+            Err(corral_store::StoreError::NotFound { .. }) => return Ok(false),
             Err(e) => return Err(e.into()),
         };
         let sessions = stored.as_deref().is_some_and(|stored| {
@@ -97,9 +106,8 @@ impl Batches {
         });
         if !sessions {
             self.on_agents().insert(group.to_string(), Instant::now());
-            return Ok(None);
         }
-        self.of(app, group).await.map(Some)
+        Ok(sessions)
     }
 
     /// Forgets the group's adaptor and how its sessions run (its binding changed or went).

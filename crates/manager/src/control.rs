@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corral_core::{cycle, Timestamp};
-use corral_store::{Applied, Backend, Fence, Lease, Store, StoreError, Wake};
+use corral_store::{Applied, Backend, Fence, Lease, Store, StoreError, Wake, MAX_PENDING_PER_PASS};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -313,7 +313,8 @@ struct Owned {
     driver: Arc<GroupDriver>,
 }
 
-/// What a pass did, and when the next is due although nothing happens.
+/// What a pass did, and when the next is due although nothing happens (at once after a pass
+/// that read a full head of the queue and placed or rejected some of it).
 #[derive(Debug)]
 pub struct PassResult {
     pub applied: Applied,
@@ -330,6 +331,9 @@ impl Control {
             let now = now();
             let generation = self.views.generation(group);
             let mut snapshot = store.snapshot(group, now).await?;
+            // The pass reads the head of the queue only: when that was full, more may wait
+            // behind it (an array of 100,000), for the next pass at once rather than a tick.
+            let head_only = snapshot.pending().count() >= MAX_PENDING_PER_PASS;
             let driver = self.driver(group);
             if let Some(driver) = &driver {
                 snapshot.launch_limits = driver.limits(now);
@@ -379,9 +383,16 @@ impl Control {
                     if let (Some(driver), false) = (&driver, decisions.launches.is_empty()) {
                         driver.save(store, group).await?;
                     }
+                    let progress =
+                        !(decisions.placements.is_empty() && decisions.rejections.is_empty());
+                    let recheck_at = if head_only && progress {
+                        Some(now)
+                    } else {
+                        decisions.recheck_at
+                    };
                     return Ok(PassResult {
                         applied,
-                        recheck_at: decisions.recheck_at,
+                        recheck_at,
                     });
                 }
                 Err(e) => return Err(e),

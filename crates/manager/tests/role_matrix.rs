@@ -93,11 +93,13 @@ fn body(name: &str) -> Option<(&'static str, Vec<u8>)> {
 }
 
 /// A manager with groups g, h and `empty`, agents a1 (g) and b1 (h), users alice and bob,
-/// alice's session placed on a1 with its input uploaded and an output, image busybox, g bound
+/// alice's session placed on a1 with its input uploaded and an output, alice's array of two
+/// sessions pending in g, image busybox, g bound
 /// to a batch system whose commands are missing, and a token for each kind of caller.
 struct Fixture {
     m: Manager,
     session: String,
+    array: String,
     tokens: Vec<Option<String>>,
 }
 
@@ -138,6 +140,19 @@ async fn fixture() -> Fixture {
     let session = r.body["id"].as_str().unwrap().to_string();
     m.wait_session(&session, |s| s["state"] == "scheduled")
         .await;
+    // Alice's array: two sessions a1 could hold but has no room for now (they stay pending).
+    let submit = json!({"group": "g", "command": ["true"], "request": "cpu=2",
+                        "array": {"first": 0, "last": 1}});
+    let r = m
+        .call(
+            Method::POST,
+            "/api/v1/sessions",
+            Some(&alice),
+            Some(&submit.to_string()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.body);
+    let array = r.body["id"].as_str().unwrap().to_string();
     for (token, path) in [
         (&alice, format!("/api/v1/sessions/{session}/inputs/in.txt")),
         (
@@ -193,7 +208,12 @@ async fn fixture() -> Fixture {
         Some(alice),
         Some(m.admin.clone()),
     ];
-    Fixture { m, session, tokens }
+    Fixture {
+        m,
+        session,
+        array,
+        tokens,
+    }
 }
 
 /// A bootstrap token of group g that expired a second ago, written straight to the store.
@@ -224,7 +244,7 @@ async fn expired_bootstrap_token(m: &Manager) -> String {
 }
 
 async fn call(f: &Fixture, row: &Row, caller: usize) -> u16 {
-    let path = row.path.replace("$S", &f.session);
+    let path = row.path.replace("$S", &f.session).replace("$A", &f.array);
     let mut req =
         f.m.client
             .request(row.method.clone(), format!("{}{path}", f.m.base));

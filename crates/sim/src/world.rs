@@ -9,7 +9,7 @@ use corral_core::grants;
 use corral_core::schedule::{by_keys, queue_order, MAX_PENDING_PER_PASS};
 use corral_core::{
     Agent, AgentId, AgentState, Carry, Decisions, DeviceGrant, Governor, HeadOfLine, InFlight,
-    Sequencer, Session, SessionId, SessionState, SlotName, Slots, Snapshot, Timestamp, WaitReason,
+    Sequencer, Session, SessionId, SessionState, SlotName, Slots, Snapshot, Timestamp,
 };
 
 use crate::clock::{Clock, Event};
@@ -114,6 +114,7 @@ impl<'a> World<'a> {
                 in_flight: Vec::new(),
                 last_scale_out: None,
                 launch_limits: BTreeMap::new(),
+                array_holding: BTreeMap::new(),
             },
             pending: 0,
             backlog: Vec::new(),
@@ -269,6 +270,7 @@ impl<'a> World<'a> {
                     blocked_passes: 0,
                     constraints: Vec::new(),
                     devices: Vec::new(),
+                    array: None,
                 };
                 if self.pending < MAX_PENDING_PER_PASS && self.backlog.is_empty() {
                     self.snapshot.sessions.push(session);
@@ -615,7 +617,7 @@ impl<'a> World<'a> {
         let blocked: HashSet<&SessionId> = d
             .waiting
             .iter()
-            .filter(|w| !matches!(w.reason, WaitReason::HeldBehind { .. }))
+            .filter(|w| w.reason.counts_as_blocked())
             .map(|w| &w.session)
             .collect();
         for s in &mut self.snapshot.sessions {

@@ -243,7 +243,7 @@ impl Store {
     }
 
     /// Agents were heard from at these times: each one's heartbeat time (`last_seen`) moves
-    /// forward to its time, never back, one statement per 500 agents. Unknown ids are
+    /// forward to its time, never back, one statement per 100 agents. Unknown ids are
     /// passed over.
     pub async fn touch_agents(&self, heard: &[(String, Timestamp)]) -> Result<()> {
         for chunk in heard.chunks(crate::sessions::ROWS_PER_STATEMENT) {

@@ -8,14 +8,13 @@ use serde::Serialize;
 
 use corral_core::{
     Agent, AgentState, Decisions, HeadOfLine, Session, SessionState, Slots, Snapshot, Timestamp,
-    WaitReason,
 };
 
 use crate::codec::{count, name_of, to_json};
 use crate::error::{Result, StoreError};
-use crate::events::{insert_event, insert_events_many, NewEvent};
+use crate::events::{insert_event, NewEvent};
 use crate::instances::{insert_requested, terminate_for_agents};
-use crate::sessions::{insert_history, insert_history_many, ROWS_PER_STATEMENT};
+use crate::sessions::{insert_history, ROWS_PER_STATEMENT};
 use crate::{Store, Tx};
 
 /// What one `apply` wrote.
@@ -55,8 +54,9 @@ impl Store {
     ///
     /// Each decision also writes an event (`placed`, `rejected`, `launch`, `mark`, `unmark`,
     /// `terminate`) with its reason, and each session state change a history row. Waiting
-    /// sessions get their wait reason; those that found no room (not those held behind another)
-    /// count one more blocked pass. Those guards are soft: a session that ended meanwhile is
+    /// sessions get their wait reason; those that found no room (not those held behind another,
+    /// nor those their array's limit keeps waiting: `WaitReason::counts_as_blocked`) count one
+    /// more blocked pass. Those guards are soft: a session that ended meanwhile is
     /// skipped.
     pub async fn apply(
         &self,
@@ -276,8 +276,10 @@ impl Pass<'_> {
         terminate_for_agents(&mut self.tx, &let_go, self.now).await
     }
 
-    /// Scheduling: one guarded UPDATE per (agent, allocation) and multi-row inserts, so a pass
-    /// that places thousands of sessions costs tens of statements, not thousands.
+    /// Scheduling: per (agent, allocation), a guarded UPDATE of its sessions by id, and their
+    /// history rows and events made from the same ids (INSERT ... SELECT), a hundred sessions a
+    /// statement: a pass that places thousands of sessions costs tens of statements, not
+    /// thousands, and binds each id once per statement rather than every value of every row.
     async fn place(&mut self, decisions: &Decisions) -> Result<()> {
         // Sessions given the same on the same agent share a statement (those granted devices
         // are each alone: their devices differ).
@@ -293,19 +295,28 @@ impl Pass<'_> {
                 .push(p.session.0.as_str());
         }
         for ((agent, slots, devices), ids) in &by_target {
+            let message = format!("placed on agent {agent} ({slots})");
             for chunk in ids.chunks(ROWS_PER_STATEMENT) {
-                let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 6)).collect();
+                // `$first...`: the chunk's ids, after the statement's own values.
+                let list = |first: usize| -> String {
+                    (0..chunk.len())
+                        .map(|i| format!("${}", i + first))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                // By id alone (the snapshot's sessions are the group's): SQLite would otherwise
+                // read the ids through the index on (group, state), every pending session of
+                // the group for each statement, rather than the primary key.
                 let sql = format!(
                     "UPDATE sessions SET state = 'scheduled', agent = $1, allocation = $2, \
-                     wait_reason = NULL, updated_at = $3, devices = $5 \
-                     WHERE group_name = $4 AND state = 'pending' AND id IN ({})",
-                    list.join(", ")
+                     wait_reason = NULL, updated_at = $3, devices = $4 \
+                     WHERE state = 'pending' AND id IN ({})",
+                    list(5)
                 );
                 let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(*agent)
                     .bind(slots.as_str())
                     .bind(self.now.0)
-                    .bind(self.group)
                     .bind(devices.as_str());
                 for id in chunk {
                     q = q.bind(*id);
@@ -314,24 +325,37 @@ impl Pass<'_> {
                 if done.rows_affected() != chunk.len() as u64 {
                     return Err(StoreError::conflict("session", chunk[0]));
                 }
+                let history = format!(
+                    "INSERT INTO session_history (session, at, state, reason) \
+                     SELECT id, $1, 'scheduled', $2 FROM sessions WHERE id IN ({}) ORDER BY id",
+                    list(3)
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(history))
+                    .bind(self.now.0)
+                    .bind(message.as_str());
+                for id in chunk {
+                    q = q.bind(*id);
+                }
+                q.execute(&mut *self.tx).await?;
+                let events = format!(
+                    "INSERT INTO events (at, group_name, session, agent, kind, message) \
+                     SELECT $1, $2, id, $3, 'placed', $4 FROM sessions WHERE id IN ({}) \
+                     ORDER BY id",
+                    list(5)
+                );
+                let mut q = sqlx::query(sqlx::AssertSqlSafe(events))
+                    .bind(self.now.0)
+                    .bind(self.group)
+                    .bind(*agent)
+                    .bind(message.as_str());
+                for id in chunk {
+                    q = q.bind(*id);
+                }
+                q.execute(&mut *self.tx).await?;
             }
         }
-        let mut history = Vec::with_capacity(decisions.placements.len());
-        let mut events = Vec::with_capacity(decisions.placements.len());
-        for p in &decisions.placements {
-            let message = format!("placed on agent {} ({})", p.agent, p.slots);
-            history.push((
-                p.session.0.as_str(),
-                self.now,
-                SessionState::Scheduled,
-                message.clone(),
-            ));
-            events.push(self.event("placed", Some(&p.session.0), Some(&p.agent.0), message));
-        }
-        insert_history_many(&mut self.tx, &history).await?;
-        insert_events_many(&mut self.tx, &events).await?;
         self.applied.placed += decisions.placements.len();
-        self.applied.events += events.len();
+        self.applied.events += decisions.placements.len();
         Ok(())
     }
 
@@ -351,7 +375,7 @@ impl Pass<'_> {
             let Some(session) = pending.get(w.session.0.as_str()) else {
                 continue; // Not pending in the snapshot: nothing of it to update.
             };
-            let blocked = !matches!(w.reason, WaitReason::HeldBehind { .. });
+            let blocked = w.reason.counts_as_blocked();
             let before = session.blocked_passes;
             let passes = if counts_passes && blocked && before < scheduler.skip_after {
                 before + 1
@@ -365,17 +389,16 @@ impl Pass<'_> {
         }
         for ((reason, passes, before), ids) in &by_change {
             for chunk in ids.chunks(ROWS_PER_STATEMENT) {
-                let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 5)).collect();
+                // By id alone, as `place` (the index on (group, state) would read them all).
+                let list: Vec<String> = (0..chunk.len()).map(|i| format!("${}", i + 4)).collect();
                 let sql = format!(
                     "UPDATE sessions SET wait_reason = $1, blocked_passes = $2 \
-                     WHERE group_name = $3 AND state = 'pending' AND blocked_passes = $4 \
-                     AND id IN ({})",
+                     WHERE state = 'pending' AND blocked_passes = $3 AND id IN ({})",
                     list.join(", ")
                 );
                 let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
                     .bind(reason.as_str())
                     .bind(count(*passes))
-                    .bind(self.group)
                     .bind(count(*before));
                 for id in chunk {
                     q = q.bind(*id);

@@ -94,6 +94,15 @@ impl<'a> Fields<'a> {
         u32::try_from(n).map_err(|_| self.corrupt(col, format_args!("{n} is out of range")))
     }
 
+    pub(crate) fn opt_u32(&self, col: &str) -> Result<Option<u32>> {
+        let Some(n) = self.opt_int(col)? else {
+            return Ok(None);
+        };
+        u32::try_from(n)
+            .map(Some)
+            .map_err(|_| self.corrupt(col, format_args!("{n} is out of range")))
+    }
+
     pub(crate) fn i32(&self, col: &str) -> Result<i32> {
         let n = self.int(col)?;
         i32::try_from(n).map_err(|_| self.corrupt(col, format_args!("{n} is out of range")))

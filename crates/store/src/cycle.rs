@@ -1,6 +1,6 @@
 //! The cycle's read: one consistent snapshot of a group (its writing half is `apply.rs`).
 
-use corral_core::schedule::{queue_order, QueueKey};
+use corral_core::schedule::{by_keys, queue_order, QueueKey};
 use std::collections::BTreeMap;
 
 use corral_core::{DeviceGrant, InFlight, Sequencer, Session, Snapshot, Timestamp};
@@ -18,9 +18,10 @@ pub use corral_core::schedule::MAX_PENDING_PER_PASS;
 impl Store {
     /// One consistent read of everything a pass needs about `group`: the group, its agents that
     /// are not terminated, its pending sessions (the first `MAX_PENDING_PER_PASS` in the
-    /// sequencer's order; under DRF also those scheduled or running), all
-    /// images, its launches in flight, and when it last launched. `NotFound` if there is no such
-    /// group.
+    /// sequencer's order, of each array with a limit only those its limit lets be placed; under
+    /// DRF also those scheduled or running), how many sessions of each array with a limit and
+    /// pending sessions hold capacity (`array_holding`), all images, its launches in flight,
+    /// and when it last launched. `NotFound` if there is no such group.
     pub async fn snapshot(&self, group: &str, now: Timestamp) -> Result<Snapshot> {
         let mut tx = self.read_tx().await?;
         let row = sqlx::query(
@@ -56,9 +57,20 @@ impl Store {
             })
             .collect::<Vec<_>>()
             .join(", ");
+        // Arrays with a limit (`%N`) are read apart: of each, only the sessions its limit lets
+        // be placed (`max_running - holding`), by index, so that a capped array at the head
+        // never fills the pass with sessions that would only wait. The others keep their wait
+        // reason until a pass reads them.
+        let capped = crate::arrays::capped_with_pending(&mut tx, group).await?;
+        let not_capped = if capped.is_empty() {
+            ""
+        } else {
+            " AND (array_id IS NULL OR array_id NOT IN (SELECT id FROM arrays \
+             WHERE group_name = $1 AND max_running IS NOT NULL))"
+        };
         let sql = format!(
             "SELECT {} FROM sessions WHERE group_name = $1 AND state = 'pending' \
-             AND batch_job IS NULL ORDER BY {order} LIMIT {MAX_PENDING_PER_PASS}",
+             AND batch_job IS NULL{not_capped} ORDER BY {order} LIMIT {MAX_PENDING_PER_PASS}",
             core_session_columns!()
         );
         let mut sessions = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -68,6 +80,33 @@ impl Store {
             .iter()
             .map(session_from_row)
             .collect::<Result<Vec<Session>>>()?;
+        let mut array_holding = BTreeMap::new();
+        if !capped.is_empty() {
+            for array in &capped {
+                array_holding.insert(array.id.clone(), array.holding);
+                let left = crate::arrays::readable(array);
+                if left == 0 {
+                    continue;
+                }
+                // An array's sessions share their priority and submission time: by id is the
+                // queue's order among them (their ids sort by index), read off the index.
+                let sql = format!(
+                    "SELECT {} FROM sessions WHERE array_id = $1 AND state = 'pending' \
+                     AND batch_job IS NULL ORDER BY id LIMIT {left}",
+                    core_session_columns!()
+                );
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                    .bind(&array.id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                for row in &rows {
+                    sessions.push(session_from_row(row)?);
+                }
+            }
+            let keys = queue_order(scaling_group.scheduler.sequencer);
+            sessions.sort_by(|a, b| by_keys(keys, a, b));
+            sessions.truncate(MAX_PENDING_PER_PASS);
+        }
         // Sessions holding capacity only matter to fair share (DRF); agents' allocations already
         // say what is taken.
         if scaling_group.scheduler.sequencer == Sequencer::Drf {
@@ -83,6 +122,18 @@ impl Store {
             .await?;
             for row in &holding {
                 sessions.push(session_from_row(row)?);
+            }
+        }
+        // Each session of a capped array carries its limit into the pass.
+        if !capped.is_empty() {
+            let limits: BTreeMap<&str, u32> = capped
+                .iter()
+                .map(|a| (a.id.as_str(), a.max_running))
+                .collect();
+            for s in &mut sessions {
+                if let Some(array) = &mut s.array {
+                    array.max_running = limits.get(array.id.as_str()).copied();
+                }
             }
         }
         // What sessions hold on each device: the grants of those holding capacity, added up
@@ -124,6 +175,7 @@ impl Store {
             in_flight,
             last_scale_out,
             launch_limits: Default::default(),
+            array_holding,
         })
     }
 }

@@ -14,6 +14,7 @@ mod agent_images;
 mod agent_keys;
 mod agents;
 mod apply;
+mod arrays;
 mod batch;
 mod catalog;
 mod codec;
@@ -50,6 +51,7 @@ pub use agent_builds::UpdateStanding;
 pub use agent_keys::Standing;
 pub use agents::{Heard, Removed};
 pub use apply::Applied;
+pub use arrays::{ArrayCancel, ArrayFilter, ArrayRecord, NewArray};
 pub use batch::BatchJobRecord;
 pub use cycle::MAX_PENDING_PER_PASS;
 pub use error::{Result, StoreError};
@@ -61,7 +63,7 @@ pub use leases::{Fence, Lease};
 pub use managers::{Wake, Wakes};
 pub use registry_logins::StoredLogin;
 pub use retention::Pruned;
-pub use sessions::{HistoryEntry, SessionFilter, SessionRecord};
+pub use sessions::{ArraySelect, HistoryEntry, SessionFilter, SessionRecord};
 
 /// The migrations, embedded in the binary: (version, description, SQLite SQL, PostgreSQL SQL).
 /// Listed by hand rather than with `sqlx::migrate!`, whose proc-macro would build the bundled
@@ -168,6 +170,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "token_succession",
         include_str!("../migrations/sqlite/0017_token_succession.sql"),
         include_str!("../migrations/postgres/0017_token_succession.sql"),
+    ),
+    (
+        18,
+        "arrays",
+        include_str!("../migrations/sqlite/0018_arrays.sql"),
+        include_str!("../migrations/postgres/0018_arrays.sql"),
     ),
 ];
 

@@ -3,18 +3,20 @@
 use serde::Serialize;
 use sqlx::any::AnyRow;
 
-use corral_core::{AgentId, Session, SessionId, SessionState, Slots, Timestamp};
+use corral_core::{AgentId, ArrayMember, Session, SessionId, SessionState, Slots, Timestamp};
 
 use crate::codec::{count, name_of, release, to_json, Arg, Fields, Where};
 use crate::error::{Result, StoreError};
 use crate::events::{insert_event, NewEvent};
 use crate::{locked, Store, Tx};
 
-/// The columns `session_from_row` reads (what the cycle needs).
+/// The columns `session_from_row` reads (what the cycle needs). Its array's limit is not one
+/// of them: the snapshot reads it with the group's capped arrays, `session_columns` with a
+/// sub-query.
 macro_rules! core_session_columns {
     () => {
         "id, group_name, owner, priority, request, image, session_type, state, agent, \
-         blocked_passes, submitted_at, constraints, devices"
+         blocked_passes, submitted_at, constraints, devices, array_id"
     };
 }
 pub(crate) use core_session_columns;
@@ -25,7 +27,9 @@ macro_rules! session_columns {
         concat!(
             $crate::sessions::core_session_columns!(),
             ", allocation, updated_at, wait_reason, end_reason, spec, exit_code, started_at, \
-             last_activity, batch_job"
+             last_activity, batch_job, array_index, \
+             (SELECT max_running FROM arrays WHERE arrays.id = sessions.array_id) \
+             AS array_max_running"
         )
     };
 }
@@ -53,6 +57,8 @@ pub struct SessionRecord {
     pub updated_at: Timestamp,
     /// The batch job that runs it, on a group whose sessions run as batch jobs (its key).
     pub batch_job: Option<String>,
+    /// Its index in its array (`session.array`), if it is of one.
+    pub array_index: Option<u32>,
     /// Its state changes, oldest first; filled by `get_session`, empty in lists.
     pub history: Vec<HistoryEntry>,
 }
@@ -76,6 +82,17 @@ pub struct SessionFilter {
     pub newest_first: bool,
     /// Only those not ended (pending, scheduled, running), or only ended ones.
     pub active: Option<bool>,
+    /// Only the sessions of an array, or only those of none.
+    pub array: Option<ArraySelect>,
+}
+
+/// Which sessions a [`SessionFilter`] takes by their array.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArraySelect {
+    /// The sessions of this array.
+    Of(String),
+    /// The sessions of no array.
+    Outside,
 }
 
 pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
@@ -94,13 +111,22 @@ pub(crate) fn session_from_row(row: &AnyRow) -> Result<Session> {
         blocked_passes: f.u32("blocked_passes")?,
         constraints: f.json("constraints")?,
         devices: f.json("devices")?,
+        // Its limit, where the caller needs it, is read beside (see `core_session_columns`).
+        array: f.opt_text("array_id")?.map(|id| ArrayMember {
+            id,
+            max_running: None,
+        }),
     })
 }
 
 pub(crate) fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
     let f = Fields::new(row, "session", "id")?;
+    let mut session = session_from_row(row)?;
+    if let Some(array) = &mut session.array {
+        array.max_running = f.opt_u32("array_max_running")?;
+    }
     Ok(SessionRecord {
-        session: session_from_row(row)?,
+        session,
         spec: f.json("spec")?,
         allocation: f.opt_slots("allocation")?,
         wait_reason: f.opt_text("wait_reason")?,
@@ -113,6 +139,7 @@ pub(crate) fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
         last_activity: f.opt_time("last_activity")?,
         updated_at: f.time("updated_at")?,
         batch_job: f.opt_text("batch_job")?,
+        array_index: f.opt_u32("array_index")?,
         history: Vec::new(),
     })
 }
@@ -143,8 +170,11 @@ pub(crate) async fn insert_history(
     Ok(())
 }
 
-/// Rows per multi-row statement: far below both databases' limits on bound parameters.
-pub(crate) const ROWS_PER_STATEMENT: usize = 500;
+/// Rows per multi-row statement: far below both databases' limits on bound parameters, and few
+/// enough that binding stays cheap on SQLite, where sqlx looks each parameter's name up in a
+/// list as long as the statement's (`sqlite3_bind_parameter_name`): binding n values costs n²,
+/// which at 500 rows of six values was most of a pass that placed 20,000 sessions.
+pub(crate) const ROWS_PER_STATEMENT: usize = 100;
 
 /// `($1, $2, ...), ($k, ...)`: placeholders of `rows` rows of `width` values, from `$first`.
 pub(crate) fn value_rows(rows: usize, width: usize, first: usize) -> String {
@@ -311,6 +341,14 @@ impl Store {
             Some(false) => w.and("state NOT IN ('pending', 'scheduled', 'running')", []),
             None => {}
         }
+        match &filter.array {
+            Some(ArraySelect::Of(array)) => w.and("array_id = ?", [Arg::Text(array.clone())]),
+            Some(ArraySelect::Outside) => w.and("array_id IS NULL", []),
+            None => {}
+        }
+        // An array's sessions share their submission time: by id alone is the same order (by
+        // index), and the index on (array_id, state, id) serves it without a sort.
+        let one_array = matches!(filter.array, Some(ArraySelect::Of(_)));
         if let Some(after) = &filter.after_id {
             let at: Option<i64> =
                 sqlx::query_scalar("SELECT submitted_at FROM sessions WHERE id = $1")
@@ -318,20 +356,30 @@ impl Store {
                     .fetch_optional(&self.read)
                     .await?;
             let at = at.ok_or_else(|| StoreError::not_found("session", after))?;
-            let keyset = if filter.newest_first {
-                "(submitted_at < ? OR (submitted_at = ? AND id < ?))"
+            if one_array {
+                let keyset = if filter.newest_first {
+                    "id < ?"
+                } else {
+                    "id > ?"
+                };
+                w.and(keyset, [Arg::Text(after.clone())]);
             } else {
-                "(submitted_at > ? OR (submitted_at = ? AND id > ?))"
-            };
-            w.and(
-                keyset,
-                [Arg::Int(at), Arg::Int(at), Arg::Text(after.clone())],
-            );
+                let keyset = if filter.newest_first {
+                    "(submitted_at < ? OR (submitted_at = ? AND id < ?))"
+                } else {
+                    "(submitted_at > ? OR (submitted_at = ? AND id > ?))"
+                };
+                w.and(
+                    keyset,
+                    [Arg::Int(at), Arg::Int(at), Arg::Text(after.clone())],
+                );
+            }
         }
-        let order = if filter.newest_first {
-            "submitted_at DESC, id DESC"
-        } else {
-            "submitted_at, id"
+        let order = match (one_array, filter.newest_first) {
+            (true, true) => "id DESC",
+            (true, false) => "id",
+            (false, true) => "submitted_at DESC, id DESC",
+            (false, false) => "submitted_at, id",
         };
         let mut sql = format!(
             "SELECT {} FROM sessions{} ORDER BY {order}",
@@ -547,7 +595,13 @@ impl Store {
         Ok(())
     }
 
-    async fn release(&self, tx: &mut Tx, agent: &str, held: &Slots, now: Timestamp) -> Result<()> {
+    pub(crate) async fn release(
+        &self,
+        tx: &mut Tx,
+        agent: &str,
+        held: &Slots,
+        now: Timestamp,
+    ) -> Result<()> {
         let row =
             sqlx::query(self.locking(locked!("SELECT id, allocated FROM agents WHERE id = $1")))
                 .bind(agent)

@@ -4,9 +4,11 @@ use std::collections::HashMap;
 
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
+use corral_api::arrays::{ArrayCancelled, ArrayView, StateCounts, NO_ARRAY};
 use corral_api::sessions::{NewSession, SessionView, Submitted};
+use corral_api::ClientError;
 use corral_core::devices::{bytes_text, ConstraintsText, Request};
-use corral_core::{DeviceGrant, Slots};
+use corral_core::{ArrayRange, DeviceGrant, Slots};
 
 use super::http::{json, parse, Api};
 use super::render::{self, command_line, fields, or_dash, pairs, slots, table, time, word};
@@ -50,6 +52,12 @@ pub enum Command {
         /// Submit this many identical sessions (an array), printing one id per line.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         count: u32,
+        /// Submit an array: one session per index of FIRST-LAST[:STEP][%MAX] (as `sbatch
+        /// --array`), each with CORRAL_ARRAY_INDEX and CORRAL_ARRAY_ID in its environment and
+        /// `{index}` replaced in its command and output names; %MAX caps how many run at once.
+        /// Prints the array's id; `session ls`, `cancel` and `wait` take it.
+        #[arg(long, value_name = "RANGE", conflicts_with_all = ["count", "inputs"])]
+        array: Option<ArrayRange>,
         /// How to print: the new id, or the manager's JSON answer (here `--output` is a session output path, so the long form is --format).
         #[arg(long = "format", short = 'o', value_enum, default_value_t)]
         format: Output,
@@ -80,6 +88,10 @@ pub enum Command {
         /// Sessions not ended (pending, scheduled, running) first, then the others.
         #[arg(long)]
         active: bool,
+        /// Every session of an array on its own line, instead of one line per array with its
+        /// counts by state (--watch and -o json always list sessions).
+        #[arg(long)]
+        expand: bool,
         /// Then print each session of the listing again whenever it changes (state, wait
         /// reason), until interrupted (with -o json: one JSON object per line).
         #[arg(long, short)]
@@ -157,9 +169,18 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
-    /// Cancel a session.
+    /// Cancel a session, or every session of an array that has not ended.
     Cancel {
-        /// The session's id, as `session submit` printed it.
+        /// The session's or the array's id, as `session submit` printed it.
+        id: String,
+        #[command(flatten)]
+        out: Out,
+    },
+    /// Wait for a session, or every session of an array, to end, and exit with its exit code
+    /// (an array's: the highest of its sessions'); a session that ended without one (failed
+    /// without an exit code, cancelled, rejected) counts as 1.
+    Wait {
+        /// The session's or the array's id, as `session submit` printed it.
         id: String,
         #[command(flatten)]
         out: Out,
@@ -240,6 +261,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             inputs,
             outputs,
             count,
+            array,
             format,
             command,
         } => {
@@ -254,8 +276,24 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 outputs,
                 environment: env.into_iter().collect(),
                 constraints: request.constraints.clone(),
+                array,
             };
             let body = json(&body)?;
+            if array.is_some() {
+                let reply = api.post(&["sessions"], Some(&body)).await?;
+                let submitted = parse::<Submitted>(&reply)?;
+                note_raised(&image, &request.slots, &submitted);
+                if !render::json(format, &reply) {
+                    println!("{}", submitted.id);
+                    if let Some(made) = &submitted.array {
+                        eprintln!(
+                            "array {} ({}): {} sessions, the first {}",
+                            made.id, made.range, made.sessions, made.first_session
+                        );
+                    }
+                }
+                return Ok(());
+            }
             for i in 0..count {
                 let reply = api.post(&["sessions"], Some(&body)).await?;
                 let submitted = parse::<Submitted>(&reply)?;
@@ -277,9 +315,26 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             after,
             oldest,
             active,
+            expand,
             watch,
             out,
         } => {
+            let folds = !expand && !watch && !matches!(out.output, Output::Json);
+            if folds {
+                let arrays = list_arrays(api, &group, &owner, limit, oldest).await?;
+                if !arrays.is_empty() {
+                    let filter = ListFilter {
+                        group: &group,
+                        owner: &owner,
+                        state,
+                        limit,
+                        after: &after,
+                        oldest,
+                        active,
+                    };
+                    return print_folded(api, arrays, filter).await;
+                }
+            }
             let order = if oldest { "oldest" } else { "newest" };
             let query = |active: Option<bool>, limit: Option<u32>| {
                 [
@@ -332,14 +387,233 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             }
         }
         Command::Cancel { id, out } => {
+            if find_array(api, &id).await?.is_some() {
+                let reply = api.post(&["arrays", &id, "cancel"], None).await?;
+                if !render::json(out.output, &reply) {
+                    let c: ArrayCancelled = parse(&reply)?;
+                    println!(
+                        "array {}: cancelled {} sessions; now {}",
+                        c.id,
+                        c.cancelled,
+                        counts_text(&c.counts)
+                    );
+                }
+                return Ok(());
+            }
             let reply = api.post(&["sessions", &id, "cancel"], None).await?;
             if !render::json(out.output, &reply) {
                 let s: SessionView = parse(&reply)?;
                 println!("session {} is {}", s.session.id.0, word(&s.session.state));
             }
         }
+        Command::Wait { id, out } => {
+            let code = wait(api, &id, matches!(out.output, Output::Json)).await?;
+            std::process::exit(code);
+        }
     }
     Ok(())
+}
+
+/// How often `session wait` reads the state again.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// `session wait`: polls the session or array until it has ended; returns the exit code.
+async fn wait(api: &Api, id: &str, json_out: bool) -> Result<i32> {
+    if find_array(api, id).await?.is_some() {
+        loop {
+            let reply = api.get(&["arrays", id], &[]).await?;
+            let a: ArrayView = parse(&reply)?;
+            if !a.active {
+                if json_out {
+                    println!("{}", reply.text.trim());
+                }
+                return Ok(array_exit_code(&a));
+            }
+            tokio::time::sleep(WAIT_POLL).await;
+        }
+    }
+    loop {
+        let reply = api.get(&["sessions", id], &[]).await?;
+        let s: SessionView = parse(&reply)?;
+        if s.session.state.is_terminal() {
+            if json_out {
+                println!("{}", reply.text.trim());
+            }
+            return Ok(match (s.session.state, s.exit_code) {
+                (_, Some(code)) => code,
+                (corral_core::SessionState::Succeeded, None) => 0,
+                (state, None) => {
+                    let why = s.end_reason.as_deref().unwrap_or("no reason given");
+                    eprintln!("session {id} {}: {why}", word(&state));
+                    1
+                }
+            });
+        }
+        tokio::time::sleep(WAIT_POLL).await;
+    }
+}
+
+/// An array's exit code: the highest of its sessions', and at least 1 when one of them failed
+/// without an exit code, was cancelled or was rejected.
+fn array_exit_code(a: &ArrayView) -> i32 {
+    let c = &a.counts;
+    let code = a.max_exit_code.unwrap_or(0);
+    let unclean = c.failed > 0 || c.cancelled > 0 || c.rejected > 0;
+    if unclean && code == 0 {
+        eprintln!("array {}: {}", a.id, counts_text(c));
+        return 1;
+    }
+    code
+}
+
+/// The array of this id, or `None` when there is no such array (the id is a session's).
+async fn find_array(api: &Api, id: &str) -> Result<Option<ArrayView>> {
+    match api.get(&["arrays", id], &[]).await {
+        Ok(reply) => Ok(Some(parse(&reply)?)),
+        Err(e) => match e.downcast_ref::<super::http::CallError>() {
+            Some(call)
+                if matches!(
+                    call.error,
+                    ClientError::Refused { status: 404, .. }
+                        | ClientError::Unexpected { status: 404, .. }
+                ) =>
+            {
+                Ok(None)
+            }
+            _ => Err(e),
+        },
+    }
+}
+
+/// `12 pending, 3 running, 85 succeeded`: the states with a session, in lifecycle order.
+fn counts_text(c: &StateCounts) -> String {
+    let parts: Vec<String> = [
+        (c.pending, "pending"),
+        (c.scheduled, "scheduled"),
+        (c.running, "running"),
+        (c.succeeded, "succeeded"),
+        (c.failed, "failed"),
+        (c.cancelled, "cancelled"),
+        (c.rejected, "rejected"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, w)| format!("{n} {w}"))
+    .collect();
+    if parts.is_empty() {
+        "no sessions".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The arrays `session ls` folds: those its filters select, newest first (or oldest).
+async fn list_arrays(
+    api: &Api,
+    group: &Option<String>,
+    owner: &Option<String>,
+    limit: Option<u32>,
+    oldest: bool,
+) -> Result<Vec<ArrayView>> {
+    let order = if oldest { "oldest" } else { "newest" };
+    let query = [
+        ("group", group.clone()),
+        ("owner", owner.clone()),
+        ("limit", Some(limit.unwrap_or(DEFAULT_PAGE).to_string())),
+        ("order", Some(order.to_string())),
+    ];
+    parse(&api.get(&["arrays"], &query).await?)
+}
+
+/// What `session ls` was asked for.
+struct ListFilter<'a> {
+    group: &'a Option<String>,
+    owner: &'a Option<String>,
+    state: Option<SessionState>,
+    limit: Option<u32>,
+    after: &'a Option<String>,
+    oldest: bool,
+    active: bool,
+}
+
+/// `session ls` with arrays folded: one line per array with its counts by state, merged with
+/// the sessions of no array by submission time.
+async fn print_folded(api: &Api, arrays: Vec<ArrayView>, f: ListFilter<'_>) -> Result<()> {
+    let order = if f.oldest { "oldest" } else { "newest" };
+    let page = f.limit.unwrap_or(DEFAULT_PAGE).max(1) as usize;
+    let query = [
+        ("group", f.group.clone()),
+        ("owner", f.owner.clone()),
+        ("state", f.state.map(|s| api_name(&s))),
+        ("limit", Some(page.to_string())),
+        ("after", f.after.clone()),
+        ("order", Some(order.to_string())),
+        ("array", Some(NO_ARRAY.to_string())),
+    ];
+    let sessions: Vec<SessionView> = parse(&api.get(&["sessions"], &query).await?)?;
+    let state = f.state.map(|s| api_name(&s));
+    let now = now_ms();
+    // (submitted at, active, row)
+    let mut rows: Vec<(i64, bool, Vec<String>)> = sessions
+        .iter()
+        .map(|s| {
+            let active = !s.session.state.is_terminal();
+            (s.session.submitted_at.0, active, session_row(s, now))
+        })
+        .collect();
+    for a in &arrays {
+        if let Some(state) = &state {
+            if state_count(&a.counts, state) == 0 {
+                continue;
+            }
+        }
+        rows.push((a.submitted_at.0, a.active, array_row(a, now)));
+    }
+    if f.oldest {
+        rows.sort_by_key(|r| r.0);
+    } else {
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+    }
+    if f.active {
+        rows.sort_by_key(|r| !r.1);
+    }
+    rows.truncate(page);
+    let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.2).collect();
+    table("sessions", &SESSION_HEADER, &rows);
+    Ok(())
+}
+
+fn state_count(c: &StateCounts, state: &str) -> u32 {
+    match state {
+        "pending" => c.pending,
+        "scheduled" => c.scheduled,
+        "running" => c.running,
+        "succeeded" => c.succeeded,
+        "failed" => c.failed,
+        "cancelled" => c.cancelled,
+        "rejected" => c.rejected,
+        _ => 0,
+    }
+}
+
+/// An array's line in `session ls`: its id, its counts by state, and what each session runs.
+fn array_row(a: &ArrayView, now: i64) -> Vec<String> {
+    let what = match (&a.spec.command[..], &a.image) {
+        ([], Some(image)) => image.clone(),
+        (command, _) => command_line(command),
+    };
+    vec![
+        a.id.clone(),
+        counts_text(&a.counts),
+        a.group.clone(),
+        a.owner.clone(),
+        slots(&a.request),
+        "-".into(),
+        render::span(now - a.submitted_at.0),
+        "-".into(),
+        what,
+        format!("array {} ({} sessions)", a.range, a.sessions),
+    ]
 }
 
 /// Why it is where it is: waiting, or how it ended.

@@ -8,6 +8,7 @@ mod common;
 
 mod agent;
 mod agent_update;
+mod arrays_api;
 mod aws;
 mod batch;
 mod batch_limits;
@@ -31,6 +32,7 @@ mod prometheus;
 mod promises;
 mod scaling;
 mod server_config;
+mod session_arrays;
 mod sigpipe;
 mod simulate;
 mod submit;

@@ -47,7 +47,8 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
             something that does not exist or contradicts itself; 401: no valid token; 403: the \
             token's role may not do this (a bootstrap token only joins); 404: no such resource; \
             409: a conflict with the current state; 413: the body is too large; 415: a PATCH \
-            body that is not a JSON merge patch; 422: an infeasible session."
+            body that is not a JSON merge patch; 422: an infeasible session, or a session array on a \
+            group whose sessions run as batch jobs."
     ),
     paths(
         super::health,
@@ -98,6 +99,9 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         super::sessions::submit,
         super::sessions::get_session,
         super::sessions::cancel,
+        super::arrays::list_arrays,
+        super::arrays::get_array,
+        super::arrays::cancel_array,
         super::agent_registry::list_agents,
         super::agent_registry::register_agent,
         super::agent_registry::get_agent,

@@ -9,11 +9,12 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use corral_api::arrays::NO_ARRAY;
 pub(crate) use corral_api::sessions::Spec;
 use corral_api::sessions::{NewSession, SessionQuery, SessionView, Submitted};
 use corral_core::admission::admit;
 use corral_core::{Session, SessionId, SessionState, Snapshot};
-use corral_store::{SessionFilter, SessionRecord, StoreError};
+use corral_store::{ArraySelect, SessionFilter, SessionRecord, StoreError};
 use serde_json::json;
 
 use super::{known_image, new_id, Result};
@@ -94,7 +95,7 @@ fn check_submit(b: &NewSession) -> Result<()> {
 #[utoipa::path(
     post,
     path = "/api/v1/sessions",
-    summary = "Submit a session; an infeasible request is refused with 422 and stored nowhere (on a group whose sessions run as batch jobs: 502, 503 or 504 when its scheduler fails)",
+    summary = "Submit a session, or with `array` a session per index of its range in one transaction (all or none; the answer's id is the array's); an infeasible request is refused with 422 and stored nowhere, a range that is not one (the last index below the first, step or limit 0, more than 1,000,000 sessions) with 400 naming `array`, an array on a group whose sessions run as batch jobs with 422 (on such a group: 502, 503 or 504 when its scheduler fails)",
     request_body = NewSession,
     responses(
         (status = 201, description = "success", body = Submitted),
@@ -114,6 +115,7 @@ pub(super) async fn submit(
     Body(b): Body<NewSession>,
 ) -> Result<impl IntoResponse> {
     check_submit(&b)?;
+    let array = b.array;
     let session = |group: String| Session {
         id: SessionId(new_id("s")),
         group,
@@ -128,6 +130,7 @@ pub(super) async fn submit(
         blocked_passes: 0,
         constraints: b.constraints.clone(),
         devices: Vec::new(),
+        array: None,
     };
     let spec = Spec {
         command: b.command,
@@ -135,6 +138,21 @@ pub(super) async fn submit(
         outputs: b.outputs,
         environment: b.environment,
     };
+    if let Some(range) = &array {
+        super::arrays::check_array(range, &spec)?;
+    }
+    if array.is_some() && app.batches.runs_sessions(&app, &b.group).await? {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "arrays_unsupported",
+            format!(
+                "group {:?} runs its sessions as batch jobs, which take no session arrays yet; \
+                 submit its sessions one by one",
+                b.group
+            ),
+        )
+        .with_details(json!({"field": "array"})));
+    }
     // The scheduler places sessions of a group whose sessions run as batch jobs.
     if let Some(bound) = app.batches.for_sessions(&app, &b.group).await? {
         let session = session(b.group.clone());
@@ -167,6 +185,10 @@ pub(super) async fn submit(
         );
     }
     let session = session(view.group.name.clone());
+    // Admitted once: every session of an array asks for the same.
+    if let Some(range) = array {
+        return super::arrays::submit_array(&app, range, &session, &spec, required).await;
+    }
     let spec = serde_json::to_value(&spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     app.submitter.submit(session.clone(), spec).await?;
     Ok(submitted(&session, required))
@@ -190,6 +212,7 @@ async fn admission_view(app: &App, group: &str) -> Result<std::sync::Arc<Snapsho
         in_flight: Vec::new(),
         last_scale_out: None,
         launch_limits: Default::default(),
+        array_holding: Default::default(),
     };
     Ok(app.control.views.remember_view(view, generation))
 }
@@ -201,6 +224,7 @@ fn submitted(session: &Session, required: corral_core::Slots) -> (StatusCode, Js
             id: session.id.0.clone(),
             state: session.state,
             required,
+            array: None,
         }),
     )
 }
@@ -227,6 +251,7 @@ pub(super) fn view(r: SessionRecord) -> SessionView {
         started_at: r.started_at,
         updated_at: r.updated_at,
         batch_job: r.batch_job,
+        array_index: r.array_index,
         history: r.history,
     }
 }
@@ -234,7 +259,7 @@ pub(super) fn view(r: SessionRecord) -> SessionView {
 #[utoipa::path(
     get,
     path = "/api/v1/sessions",
-    summary = "List sessions (users see their own), oldest first (newest with order=newest); 404 if the group or after names none",
+    summary = "List sessions (users see their own), oldest first (newest with order=newest); with array=ID the sessions of that array (by index; another user's array is a 403), with array=none the sessions of no array; 404 if the group, array or after names none",
     params(SessionQuery),
     responses(
         (status = 200, description = "success", body = Vec<SessionView>),
@@ -252,11 +277,19 @@ pub(super) async fn list_sessions(
     let owner = if caller.is_admin() {
         q.owner
     } else {
-        Some(caller.user)
+        Some(caller.user.clone())
     };
     if let Some(group) = &q.group {
         super::find_group(&app, group).await?;
     }
+    let array = match q.array {
+        None => None,
+        Some(id) if id == NO_ARRAY => Some(ArraySelect::Outside),
+        Some(id) => {
+            super::arrays::own_array(&app, &caller, &id).await?;
+            Some(ArraySelect::Of(id))
+        }
+    };
     let filter = SessionFilter {
         group: q.group,
         owner,
@@ -266,6 +299,7 @@ pub(super) async fn list_sessions(
         agent: None,
         newest_first: q.order == Some(corral_api::sessions::Order::Newest),
         active: q.active,
+        array,
     };
     Ok(Json(
         app.store

@@ -1,17 +1,82 @@
 //! The first page: every group with its agents, sessions and capacity per slot, and the
-//! newest sessions the viewer may see.
+//! newest sessions the viewer may see, an array as one row with its sessions counted by state
+//! (`/ui?array=ID` lists the sessions of one array).
 
 use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use corral_api::arrays::StateCounts;
 use corral_core::{Agent, AgentState, Slots};
-use corral_store::SessionFilter;
-use maud::html;
+use corral_store::{ArrayFilter, ArrayRecord, ArraySelect, SessionFilter, SessionRecord};
+use maud::{html, Markup};
 
 use super::layout::{self, session_link, slot_bars};
 use super::{html, PageResult, Viewer};
+use crate::extract::Query;
 use crate::App;
+
+/// Sessions listed on one array's page (`/ui?array=ID`).
+const ARRAY_ROWS: u32 = 1000;
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverviewPage {
+    /// Only the sessions of this array, instead of the newest sessions and arrays.
+    array: Option<String>,
+}
+
+/// A row of the newest sessions: a session of no array, or an array.
+enum Recent {
+    Session(Box<SessionRecord>),
+    Array(Box<ArrayRecord>),
+}
+
+/// `12 pending, 3 running, 85 succeeded`: the states with a session, in lifecycle order.
+pub fn counts_text(c: &StateCounts) -> String {
+    let parts: Vec<String> = [
+        (c.pending, "pending"),
+        (c.scheduled, "scheduled"),
+        (c.running, "running"),
+        (c.succeeded, "succeeded"),
+        (c.failed, "failed"),
+        (c.cancelled, "cancelled"),
+        (c.rejected, "rejected"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, w)| format!("{n} {w}"))
+    .collect();
+    parts.join(", ")
+}
+
+fn session_row(r: &SessionRecord) -> Markup {
+    let s = &r.session;
+    html! {
+        tr.session data-session=(s.id.0) {
+            td { (session_link(&s.id.0)) }
+            td { a href=(format!("/ui/groups/{}", s.group)) { (s.group) } }
+            td { (s.owner) }
+            td { (layout::state(&layout::word(&s.state))) }
+            td { (s.request) }
+            td { (layout::time(s.submitted_at)) }
+        }
+    }
+}
+
+fn array_row(a: &ArrayRecord) -> Markup {
+    html! {
+        tr.array data-array=(a.id) {
+            td { a.array-link href=(format!("/ui?array={}", a.id)) { (a.id) }
+                 " (array " (a.range) ", " (a.sessions) " sessions)" }
+            td { a href=(format!("/ui/groups/{}", a.group)) { (a.group) } }
+            td { (a.owner) }
+            td.counts { (counts_text(&a.counts)) }
+            td { (a.request) }
+            td { (layout::time(a.submitted_at)) }
+        }
+    }
+}
 
 /// Sessions listed on the first page.
 const RECENT: u32 = 20;
@@ -46,19 +111,64 @@ impl Totals {
     }
 }
 
-pub async fn page(State(app): State<App>, Viewer(viewer): Viewer) -> PageResult {
+pub async fn page(
+    State(app): State<App>,
+    Viewer(viewer): Viewer,
+    Query(q): Query<OverviewPage>,
+) -> PageResult {
     let groups = app.store.list_groups().await?;
     let agents = app.store.list_agents(None).await?;
     let counts = app.store.count_sessions().await?;
-    let recent = app
-        .store
-        .list_sessions(&SessionFilter {
-            owner: (!viewer.is_admin()).then(|| viewer.user.clone()),
-            limit: Some(RECENT),
-            newest_first: true,
-            ..Default::default()
-        })
-        .await?;
+    let owner = (!viewer.is_admin()).then(|| viewer.user.clone());
+    let recent: Vec<Recent> = match &q.array {
+        Some(array) => app
+            .store
+            .list_sessions(&SessionFilter {
+                owner: owner.clone(),
+                limit: Some(ARRAY_ROWS),
+                array: Some(ArraySelect::Of(array.clone())),
+                ..Default::default()
+            })
+            .await?
+            .into_iter()
+            .map(|s| Recent::Session(Box::new(s)))
+            .collect(),
+        None => {
+            let sessions = app
+                .store
+                .list_sessions(&SessionFilter {
+                    owner: owner.clone(),
+                    limit: Some(RECENT),
+                    newest_first: true,
+                    array: Some(ArraySelect::Outside),
+                    ..Default::default()
+                })
+                .await?;
+            let arrays = app
+                .store
+                .list_arrays(&ArrayFilter {
+                    owner: owner.clone(),
+                    limit: Some(RECENT),
+                    newest_first: true,
+                    ..Default::default()
+                })
+                .await?;
+            let mut rows: Vec<Recent> = sessions
+                .into_iter()
+                .map(|s| Recent::Session(Box::new(s)))
+                .collect();
+            rows.extend(arrays.into_iter().map(|a| Recent::Array(Box::new(a))));
+            // Newest first; stable, so sessions keep the store's order among themselves.
+            rows.sort_by_key(|r| {
+                std::cmp::Reverse(match r {
+                    Recent::Session(s) => s.session.submitted_at,
+                    Recent::Array(a) => a.submitted_at,
+                })
+            });
+            rows.truncate(RECENT as usize);
+            rows
+        }
+    };
     let mut by_group: BTreeMap<&str, Vec<&Agent>> = BTreeMap::new();
     for a in &agents {
         by_group.entry(a.group.as_str()).or_default().push(a);
@@ -102,7 +212,12 @@ pub async fn page(State(app): State<App>, Viewer(viewer): Viewer) -> PageResult 
                 }
             }
         }
-        h2 { @if viewer.is_admin() { "Newest sessions" } @else { "Your newest sessions" } }
+        @if let Some(array) = &q.array {
+            h2 { "Sessions of array " (array) }
+            p { a href="/ui" { "All sessions" } }
+        } @else {
+            h2 { @if viewer.is_admin() { "Newest sessions" } @else { "Your newest sessions" } }
+        }
         @if recent.is_empty() {
             p.empty { "No session yet." }
         } @else {
@@ -111,14 +226,9 @@ pub async fn page(State(app): State<App>, Viewer(viewer): Viewer) -> PageResult 
                              th { "Request" } th { "Submitted" } } }
                 tbody {
                     @for r in &recent {
-                        @let s = &r.session;
-                        tr.session data-session=(s.id.0) {
-                            td { (session_link(&s.id.0)) }
-                            td { a href=(format!("/ui/groups/{}", s.group)) { (s.group) } }
-                            td { (s.owner) }
-                            td { (layout::state(&layout::word(&s.state))) }
-                            td { (s.request) }
-                            td { (layout::time(s.submitted_at)) }
+                        @match r {
+                            Recent::Session(s) => (session_row(s)),
+                            Recent::Array(a) => (array_row(a)),
                         }
                     }
                 }

@@ -156,6 +156,7 @@ pub fn session(id: &str, group: &str, owner: &str, request: &str, at: i64) -> Se
         blocked_passes: 0,
         constraints: Vec::new(),
         devices: Vec::new(),
+        array: None,
     }
 }
 
