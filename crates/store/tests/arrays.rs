@@ -248,7 +248,7 @@ on_both!(an_array_is_stored_whole_and_counted, |db| {
         })
         .await
         .unwrap();
-    assert_eq!(listed, [a.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&a));
     assert!(s
         .list_arrays(&ArrayFilter {
             active: Some(false),
