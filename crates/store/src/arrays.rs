@@ -253,6 +253,15 @@ impl Store {
         Ok(())
     }
 
+    /// The owner of the array, without counting its sessions (who may see it); `None` if
+    /// there is no such array.
+    pub async fn array_owner(&self, id: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar("SELECT owner FROM arrays WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.read)
+            .await?)
+    }
+
     /// The array with its sessions counted by state and its highest exit code.
     pub async fn get_array(&self, id: &str) -> Result<Option<ArrayRecord>> {
         let mut tx = self.read_tx().await?;

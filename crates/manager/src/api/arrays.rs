@@ -136,6 +136,23 @@ fn view(r: ArrayRecord) -> ArrayView {
     }
 }
 
+/// Whether the caller may see the array's sessions, read without counting them (a listing
+/// filtered by array): admins see all, users their own (another's is a 403, as another's
+/// session is); 404 if there is no such array.
+pub(crate) async fn may_see_array(app: &App, caller: &Caller, id: &str) -> Result<()> {
+    let owner = app
+        .store
+        .array_owner(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("array", id))?;
+    if !caller.is_admin() && owner != caller.user {
+        return Err(ApiError::forbidden(format!(
+            "array {id:?} belongs to another user"
+        )));
+    }
+    Ok(())
+}
+
 /// An array the caller may see: admins see all, users their own (another's is a 403, as
 /// another's session is).
 pub(crate) async fn own_array(app: &App, caller: &Caller, id: &str) -> Result<ArrayRecord> {

@@ -286,7 +286,7 @@ pub(super) async fn list_sessions(
         None => None,
         Some(id) if id == NO_ARRAY => Some(ArraySelect::Outside),
         Some(id) => {
-            super::arrays::own_array(&app, &caller, &id).await?;
+            super::arrays::may_see_array(&app, &caller, &id).await?;
             Some(ArraySelect::Of(id))
         }
     };
