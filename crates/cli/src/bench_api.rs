@@ -53,19 +53,15 @@ pub async fn run(
     rate: u32,
     seconds: u64,
 ) -> Result<()> {
-    case("sqlite", None, sessions, concurrency, rate, seconds).await?;
-    array_case("sqlite", None).await?;
-    if let Some(url) = database_url {
-        case(
-            "postgres",
-            Some(url.clone()),
-            sessions,
-            concurrency,
-            rate,
-            seconds,
-        )
-        .await?;
-        array_case("postgres", Some(url)).await?;
+    for (label, url) in [("sqlite", None), ("postgres", database_url)] {
+        if label == "postgres" && url.is_none() {
+            continue;
+        }
+        // One manager per database: a second on the same PostgreSQL database would find the
+        // first's admin token there and write none of its own.
+        let manager = InProcess::start(url).await?;
+        case(label, &manager, sessions, concurrency, rate, seconds).await?;
+        array_case(label, &manager).await?;
     }
     Ok(())
 }
@@ -73,20 +69,18 @@ pub async fn run(
 /// Sessions in the array `array_case` submits.
 const ARRAY_SESSIONS: u32 = 100_000;
 
-/// A fresh manager and group with `AGENTS` agents of ample room, and a client for it.
-async fn fresh_target(database_url: Option<String>) -> Result<(InProcess, Arc<Target>)> {
-    let manager = InProcess::start(database_url).await?;
-    let group = manager.group.clone();
+/// Group `group` (fixed) on `manager` with `AGENTS` agents of ample room, and a client for it.
+async fn target(manager: &InProcess, group: &str) -> Result<Arc<Target>> {
     let target = Arc::new(Target {
         client: Client::new(&manager.base, &manager.token, None)?,
         session: NewSession {
-            group: group.clone(),
+            group: group.to_string(),
             kind: SessionType::Batch,
             command: vec!["true".into()],
             request: "cpu=1,mem=1GiB".parse()?,
             ..NewSession::default()
         },
-        group,
+        group: group.to_string(),
     });
     target
         .post(
@@ -105,14 +99,14 @@ async fn fresh_target(database_url: Option<String>) -> Result<(InProcess, Arc<Ta
         };
         target.post(&["agents"], &agent).await?;
     }
-    Ok((manager, target))
+    Ok(target)
 }
 
-/// One array of `ARRAY_SESSIONS` sessions in one POST, on a fresh manager whose agents have
+/// One array of `ARRAY_SESSIONS` sessions in one POST, in a group of its own whose agents have
 /// room for all: the time from the POST until none is pending (all placed, state
 /// `scheduled`).
-async fn array_case(label: &str, database_url: Option<String>) -> Result<()> {
-    let (_manager, target) = fresh_target(database_url).await?;
+async fn array_case(label: &str, manager: &InProcess) -> Result<()> {
+    let target = target(manager, &format!("{}-array", manager.group)).await?;
     let body = NewSession {
         array: Some(ArrayRange {
             first: 0,
@@ -177,13 +171,13 @@ async fn array_case(label: &str, database_url: Option<String>) -> Result<()> {
 
 async fn case(
     label: &str,
-    database_url: Option<String>,
+    manager: &InProcess,
     sessions: usize,
     concurrency: usize,
     rate: u32,
     seconds: u64,
 ) -> Result<()> {
-    let (_manager, target) = fresh_target(database_url).await?;
+    let target = target(manager, &manager.group).await?;
 
     // Throughput: `concurrency` clients submit as fast as answers come; the clock stops when
     // the last session is placed.
