@@ -5,11 +5,11 @@
 #
 #   bash .ci/schemathesis.sh                 # what CI runs (a bounded number of examples)
 #   EXAMPLES=200 bash .ci/schemathesis.sh    # a longer run (docs/security-checks.md)
-#   OPENAPI_FILE=crates/manager/openapi.json bash .ci/schemathesis.sh   # a file, not the
-#                                            # document the binary generates and serves
+#   OPENAPI_FILE=my-edit.json bash .ci/schemathesis.sh   # a file, not the document the
+#                                            # binary serves (its checked-in openapi.json)
 #
-# It starts `target/debug/corral server` (under $CARGO_TARGET_DIR if set) (built first, so that the document it serves is
-# generated from the current handlers and types) on a fresh data directory and a free
+# It starts `target/debug/corral server` (under $CARGO_TARGET_DIR if set; built first) on a
+# fresh data directory and a free
 # loopback port, creates fixtures for the routes to find (a group with a template, an image, an
 # agent, a session, a user token), runs schemathesis with the admin token, and stops the server.
 set -euo pipefail

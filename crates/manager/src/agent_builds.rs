@@ -13,12 +13,14 @@ use corral_api::agent_builds::AgentBuild;
 use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 
+#[cfg(feature = "openapi")]
 use crate::api::openapi::{Binary, ErrorResponse};
 use crate::auth::{random_hex, AgentCaller, Caller};
 use crate::error::ApiError;
 use crate::files::AGENT_BUILDS;
 use crate::names::check_version;
 use crate::{now, App};
+#[cfg(feature = "openapi")]
 use corral_core::openapi::{Platform, Version};
 
 type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -61,7 +63,9 @@ fn io_error(e: std::io::Error) -> ApiError {
     crate::agents::data_error(e, "agent builds")
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/agent-builds",
     summary = "The agent builds the manager serves (admin)",
@@ -70,6 +74,7 @@ fn io_error(e: std::io::Error) -> ApiError {
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
     )
+)
 )]
 pub(crate) async fn list_builds(
     State(app): State<App>,
@@ -79,7 +84,9 @@ pub(crate) async fn list_builds(
     Ok(Json(app.store.list_agent_builds().await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/agent-builds/{version}/{platform}",
     summary = "Upload the build of corral of a version for a platform (admin, up to 2 GiB); the same file again changes nothing, another file under a version held is refused (409)",
@@ -96,6 +103,7 @@ pub(crate) async fn list_builds(
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(crate) async fn put_build(
     State(app): State<App>,
@@ -195,7 +203,9 @@ async fn find_build(app: &App, version: &str, platform: &str) -> Result<AgentBui
         .ok_or_else(|| ApiError::not_found("agent build", &format!("{version} {platform}")))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/agent-builds/{version}/{platform}",
     summary = "Download a build (an agent or an admin); the agent checks it against the SHA-256 its sync named",
@@ -209,6 +219,7 @@ async fn find_build(app: &App, version: &str, platform: &str) -> Result<AgentBui
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(crate) async fn download_build(
     State(app): State<App>,
@@ -231,7 +242,9 @@ pub(crate) async fn download_build(
     ))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/agent-builds/{version}/{platform}",
     summary = "Forget a build (admin); refused (409) while a group's agent update targets its version",
@@ -246,6 +259,7 @@ pub(crate) async fn download_build(
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
     )
+)
 )]
 pub(crate) async fn delete_build(
     State(app): State<App>,

@@ -1,6 +1,7 @@
 //! The agents' side of the API: joining, syncing (heartbeat, reports, assignments), log and
 //! output uploads; and what users read of them: logs and outputs.
 
+#[cfg(feature = "openapi")]
 use crate::api::openapi::{Binary, ErrorResponse, LogStream, Name, SessionPath};
 use std::pin::Pin;
 use std::time::Duration;
@@ -75,7 +76,9 @@ fn acts_as(caller: &Caller, id: &str) -> Result<()> {
     }
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents/join",
     summary = "An agent joins with an admin token, its own agent token, or a one-time bootstrap token (used up by the join; 401 once used or expired); its agent token comes back",
@@ -89,6 +92,7 @@ fn acts_as(caller: &Caller, id: &str) -> Result<()> {
         (status = 413, response = ErrorResponse),
         (status = 503, response = ErrorResponse),
     )
+)
 )]
 async fn join(
     State(app): State<App>,
@@ -296,7 +300,9 @@ pub(crate) async fn register(
     })
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents/{id}/sync",
     summary = "Heartbeat and reports; answers what to start and stop (a long poll of up to wait_secs, at most 30 s); admin or the agent's own token",
@@ -310,6 +316,7 @@ pub(crate) async fn register(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 async fn sync(
     State(app): State<App>,
@@ -704,11 +711,11 @@ async fn writable_session_on(app: &App, id: &str, session: &str) -> Result<Sessi
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-#[derive(utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 struct Offset {
     #[serde(default)]
-    #[param(maximum = 9_223_372_036_854_775_807_u64)]
+    #[cfg_attr(feature = "openapi", param(maximum = 9_223_372_036_854_775_807_u64))]
     offset: u64,
 }
 
@@ -731,22 +738,25 @@ fn position(offset: u64) -> Result<u64> {
 }
 
 /// `?offset=N&wait_ms=M` of a log read: from where, and how long to wait for bytes there.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 struct LogRead {
     #[serde(default)]
-    #[param(maximum = 9_223_372_036_854_775_807_u64)]
+    #[cfg_attr(feature = "openapi", param(maximum = 9_223_372_036_854_775_807_u64))]
     offset: u64,
     /// Hold the answer until the log has bytes past `offset` or the session has ended, for at
     /// most this many ms (0 to 30,000; default 0: answer at once).
-    #[param(maximum = 30_000)]
+    #[cfg_attr(feature = "openapi", param(maximum = 30_000))]
     wait_ms: Option<u64>,
 }
 
 /// Appends a chunk to a session's log; `offset` must be the log's current size, so a chunk
 /// sent twice (a retry) is refused rather than written twice.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents/{id}/sessions/{session}/logs/{stream}",
     summary = "Append to a session's log; offset must be the log's current size (409 with details.size otherwise)",
@@ -761,6 +771,7 @@ struct LogRead {
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 async fn append_log(
     State(app): State<App>,
@@ -781,7 +792,9 @@ async fn append_log(
 }
 
 /// A user uploads one of the inputs their session names; it starts once all are there.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/sessions/{id}/inputs/{path}",
     summary = "Upload an input the session names (up to 256 MiB); it starts once all are there; 409 once it has started",
@@ -799,6 +812,7 @@ async fn append_log(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 async fn put_input(
     State(app): State<App>,
@@ -846,7 +860,9 @@ async fn put_input(
 }
 
 /// An agent fetches an input of a session placed on it.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/agents/{id}/sessions/{session}/inputs/{path}",
     summary = "An agent fetches an input of a session placed on it",
@@ -858,6 +874,7 @@ async fn put_input(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 async fn get_input(
     State(app): State<App>,
@@ -870,7 +887,9 @@ async fn get_input(
     whole_file(&app, &record.session.id.0, "input", &path).await
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/agents/{id}/sessions/{session}/outputs/{path}",
     summary = "Upload one output file of a session on this agent (up to 256 MiB); 409 once it has ended",
@@ -885,6 +904,7 @@ async fn get_input(
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 async fn put_output(
     State(app): State<App>,
@@ -924,7 +944,9 @@ pub(crate) fn data_error(e: std::io::Error, what: &str) -> ApiError {
 }
 
 /// A session's log from `offset` (at most 1 MiB): the bytes as they were written.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/sessions/{id}/logs/{stream}",
     summary = "A session's log from offset, at most 1 MiB per read (a running batch job's from where the job writes it); with wait_ms, an answer that would be empty waits for bytes or the session's end",
@@ -939,6 +961,7 @@ pub(crate) fn data_error(e: std::io::Error, what: &str) -> ApiError {
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 async fn read_log(
     State(app): State<App>,
@@ -1006,7 +1029,9 @@ async fn log_bytes(
         .unwrap_or_default())
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/sessions/{id}/outputs",
     summary = "A session's output files with their sizes",
@@ -1017,6 +1042,7 @@ async fn log_bytes(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 async fn list_outputs(
     State(app): State<App>,
@@ -1032,7 +1058,9 @@ pub(crate) async fn output_files(app: &App, id: &str) -> Result<Vec<OutputFile>>
     app.files.list(&session_scope(id), "outputs").await
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/sessions/{id}/outputs/{path}",
     summary = "One output file of a session",
@@ -1044,6 +1072,7 @@ pub(crate) async fn output_files(app: &App, id: &str) -> Result<Vec<OutputFile>>
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 async fn get_output(
     State(app): State<App>,

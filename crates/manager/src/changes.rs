@@ -98,12 +98,13 @@ impl Drop for Subscription {
 
 /// `?wait_ms=N` of a blocking read: hold the answer until what was asked for changes, for at
 /// most N ms (default 0: answer at once).
-#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[derive(Debug, Default, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams))]
 #[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 pub struct Wait {
     /// Hold the answer until there is something new, for at most this many ms (0 to 30,000).
-    #[param(maximum = 30_000)]
+    #[cfg_attr(feature = "openapi", param(maximum = 30_000))]
     pub wait_ms: Option<u64>,
 }
 

@@ -12,11 +12,11 @@ use axum::{Json, Router};
 use corral_api::agent_keys::{
     join_message, AgentKeyInfo, Challenge, ChallengeRequest, KeyJoinRequest, NewAgentKey,
 };
-use corral_api::protocol::JoinResponse;
 use corral_core::{AgentState, ExternalAgents, ScalingGroup, Timestamp};
 use corral_store::NewEvent;
 
 use crate::agents::{check_group_of, checked_join, register, ExternalJoin};
+#[cfg(feature = "openapi")]
 use crate::api::openapi::{ErrorResponse, Name};
 use crate::auth::{random_hex, Caller};
 use crate::error::ApiError;
@@ -104,7 +104,9 @@ fn policy_off(group: &str) -> String {
     format!("group {group:?} does not take external agents (its policy's external.enabled is off)")
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents/external/challenge",
     summary = "An external agent asks for a nonce to sign (no token): good for one join of that id to that group for 60 s",
@@ -116,6 +118,7 @@ fn policy_off(group: &str) -> String {
         (status = 403, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 async fn challenge(
     State(app): State<App>,
@@ -136,20 +139,23 @@ async fn challenge(
     Ok((StatusCode::CREATED, Json(Challenge { nonce, expires_at })))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents/external/join",
     summary = "An external agent joins (no token) with its signature of a challenge's nonce, by a key registered for the group; its agent token comes back",
     request_body = KeyJoinRequest,
     security(()),
     responses(
-        (status = 201, description = "success", body = JoinResponse),
+        (status = 201, description = "success", body = corral_api::protocol::JoinResponse),
         (status = 400, response = ErrorResponse),
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 async fn join(
     State(app): State<App>,
@@ -338,7 +344,9 @@ async fn key_group(app: &App, caller: &Caller, name: &str) -> Result<ScalingGrou
     crate::api::find_group(app, name).await
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups/{name}/agent-keys",
     summary = "Register a public key external agents of the group may join with (admin)",
@@ -353,6 +361,7 @@ async fn key_group(app: &App, caller: &Caller, name: &str) -> Result<ScalingGrou
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 async fn add_key(
     State(app): State<App>,
@@ -369,7 +378,9 @@ async fn add_key(
     Ok((StatusCode::CREATED, Json(key)))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/agent-keys",
     summary = "The group's registered keys, revoked ones too, with the agents that joined with each (admin)",
@@ -380,6 +391,7 @@ async fn add_key(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 async fn list_keys(
     State(app): State<App>,
@@ -390,7 +402,9 @@ async fn list_keys(
     Ok(Json(app.store.list_agent_keys(&group.name).await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/groups/{name}/agent-keys/{key}",
     summary = "Revoke a key (admin): it joins nothing more, and its agents are told at their next sync to stop their sessions and leave",
@@ -404,6 +418,7 @@ async fn list_keys(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 async fn revoke_key(
     State(app): State<App>,

@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use corral_api::images::{RegistryLogin, RegistryLoginUpdate, REDACTED_PASSWORD};
 use corral_store::StoredLogin;
 
+#[cfg(feature = "openapi")]
 use crate::api::openapi::{ErrorResponse, Name};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -67,7 +68,9 @@ pub(crate) async fn opened(app: &App, group: &str) -> Result<Arc<Vec<RegistryLog
     Ok(logins)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/registry-logins",
     summary = "The group's registry accounts, passwords redacted (admin)",
@@ -78,6 +81,7 @@ pub(crate) async fn opened(app: &App, group: &str) -> Result<Arc<Vec<RegistryLog
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(crate) async fn list_logins(
     State(app): State<App>,
@@ -90,7 +94,9 @@ pub(crate) async fn list_logins(
     Ok(Json(logins.iter().map(redacted).collect()))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/groups/{name}/registry-logins/{registry}",
     summary = "Set the account the group's agents sign in to a registry with (admin); the password is sealed and never shown again (sent back redacted, it stays what it was)",
@@ -107,6 +113,7 @@ pub(crate) async fn list_logins(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(crate) async fn put_login(
     State(app): State<App>,
@@ -159,7 +166,9 @@ pub(crate) async fn put_login(
     Ok(Json(redacted(&stored)))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/groups/{name}/registry-logins/{registry}",
     summary = "Forget the group's account on a registry (admin)",
@@ -173,6 +182,7 @@ pub(crate) async fn put_login(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(crate) async fn delete_login(
     State(app): State<App>,

@@ -7,6 +7,7 @@ use clap::{Subcommand, ValueEnum};
 use corral_api::arrays::{ArrayCancelled, ArrayView, StateCounts, NO_ARRAY};
 use corral_api::sessions::{NewSession, SessionView, Submitted};
 use corral_api::ClientError;
+use corral_core::arrays::substitute_index;
 use corral_core::devices::{bytes_text, ConstraintsText, Request};
 use corral_core::{ArrayRange, DeviceGrant, Slots};
 
@@ -54,9 +55,10 @@ pub enum Command {
         count: u32,
         /// Submit an array: one session per index of FIRST-LAST[:STEP][%MAX] (as `sbatch
         /// --array`), each with CORRAL_ARRAY_INDEX and CORRAL_ARRAY_ID in its environment and
-        /// `{index}` replaced in its command and output names; %MAX caps how many run at once.
-        /// Prints the array's id; `session ls`, `cancel` and `wait` take it.
-        #[arg(long, value_name = "RANGE", conflicts_with_all = ["count", "inputs"])]
+        /// `{index}` replaced in its command, input and output names (`--input
+        /// data/part-{index}.csv` uploads each index's own file); %MAX caps how many run at
+        /// once. Prints the array's id; `session ls`, `cancel` and `wait` take it.
+        #[arg(long, value_name = "RANGE", conflicts_with = "count")]
         array: Option<ArrayRange>,
         /// How to print: the new id, or the manager's JSON answer (here `--output` is a session output path, so the long form is --format).
         #[arg(long = "format", short = 'o', value_enum, default_value_t)]
@@ -272,7 +274,10 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 command,
                 request: request.slots.clone(),
                 priority: priority.unwrap_or_default(),
-                inputs: input_names(&inputs)?,
+                inputs: match &array {
+                    Some(range) => array_input_names(&inputs, range)?,
+                    None => input_names(&inputs)?,
+                },
                 outputs,
                 environment: env.into_iter().collect(),
                 constraints: request.constraints.clone(),
@@ -283,6 +288,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
                 let reply = api.post(&["sessions"], Some(&body)).await?;
                 let submitted = parse::<Submitted>(&reply)?;
                 note_raised(&image, &request.slots, &submitted);
+                upload_array_inputs(api, &submitted.id, &inputs).await?;
                 if !render::json(format, &reply) {
                     println!("{}", submitted.id);
                     if let Some(made) = &submitted.array {
@@ -815,20 +821,81 @@ pub(crate) fn note_raised(image: &Option<String>, asked: &Slots, submitted: &Sub
 pub(crate) fn input_names(inputs: &[String]) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for input in inputs {
-        let path = std::path::Path::new(input);
-        if !path.is_file() {
+        if !std::path::Path::new(input).is_file() {
             bail!("--input {input:?}: not a readable file");
         }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = input_name(input);
         if names.contains(&name) {
             bail!("--input {input:?}: another input is also named {name:?}");
         }
         names.push(name);
     }
     Ok(names)
+}
+
+/// The input names of an array's sessions (`{index}` left in), once every index's local
+/// file is found: nothing is submitted when one is missing.
+fn array_input_names(inputs: &[String], range: &ArrayRange) -> Result<Vec<String>> {
+    for index in range.indices() {
+        for input in inputs {
+            let path = substitute_index(input, index);
+            if !std::path::Path::new(&path).is_file() {
+                bail!("--input {input:?}: {path:?} (index {index}) is not a readable file");
+            }
+        }
+    }
+    let mut names = Vec::new();
+    for input in inputs {
+        let name = input_name(input);
+        if names.contains(&name) {
+            bail!("--input {input:?}: another input is also named {name:?}");
+        }
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// Uploads each session's own local input files (`{index}` replaced by its index) once an
+/// array is submitted, page by page of its sessions.
+async fn upload_array_inputs(api: &Api, array: &str, inputs: &[String]) -> Result<()> {
+    if inputs.is_empty() {
+        return Ok(());
+    }
+    const PAGE: usize = 1000;
+    let mut after = None;
+    loop {
+        let query = [
+            ("array", Some(array.to_string())),
+            ("limit", Some(PAGE.to_string())),
+            ("after", after.clone()),
+        ];
+        let page: Vec<SessionView> = parse(&api.get(&["sessions"], &query).await?)?;
+        for view in &page {
+            let id = &view.session.id.0;
+            let index = view
+                .array_index
+                .with_context(|| format!("session {id} of array {array} has no index"))?;
+            for input in inputs {
+                let path = substitute_index(input, index);
+                let data = std::fs::read(&path).with_context(|| format!("reading {path}"))?;
+                let name = substitute_index(&input_name(input), index);
+                api.put_bytes(&["sessions", id, "inputs", &name], data)
+                    .await?;
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE => after = Some(last.session.id.0.clone()),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The name a local input file has in the session's directory: its file name.
+fn input_name(input: &str) -> String {
+    std::path::Path::new(input)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// Uploads the local input files of a just-submitted session or batch job (`resource`:

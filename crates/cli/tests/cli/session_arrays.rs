@@ -152,3 +152,53 @@ fn an_array_is_submitted_listed_waited_for_and_cancelled_as_one() {
     let waited = c.cli(&["session", "wait", &sleepers]);
     assert_eq!(waited.status.code(), Some(1), "cancelled sessions: exit 1");
 }
+
+#[test]
+fn each_session_of_an_array_gets_its_own_input_file() {
+    let c = Cluster::start(60);
+    ok(c.cli(&["group", "create", "g"]));
+    let _agent = c.agent("a1", "g", "cpu=4");
+    let inputs = c.dir.path().join("inputs");
+    std::fs::create_dir(&inputs).unwrap();
+    for i in [0, 2] {
+        std::fs::write(inputs.join(format!("part-{i}.txt")), format!("part {i}\n")).unwrap();
+    }
+    let template = inputs.join("part-{index}.txt");
+    let template = template.to_str().unwrap();
+
+    // Index 1 has no file: refused, naming it, and nothing is submitted.
+    let missing = c.cli(&[
+        "session", "submit", "--group", "g", "--array", "0-2", "--input", template, "--", "true",
+    ]);
+    assert!(!missing.status.success());
+    let why = text(&missing.stderr);
+    assert!(
+        why.contains("part-1.txt") && why.contains("index 1"),
+        "{why}"
+    );
+    assert_eq!(
+        c.json(&["session", "ls", "--expand", "-o", "json"]),
+        serde_json::json!([]),
+        "nothing submitted"
+    );
+
+    let array = c.submit(&[
+        "--group",
+        "g",
+        "--array",
+        "0-2:2",
+        "--input",
+        template,
+        "--",
+        "cat",
+        "part-{index}.txt",
+    ]);
+    let waited = c.cli(&["session", "wait", &array]);
+    assert_eq!(waited.status.code(), Some(0), "{}", text(&waited.stderr));
+    let members = sessions_of(&c, &array);
+    assert_eq!(members.len(), 2);
+    for member in members {
+        let logs = ok(c.cli(&["session", "logs", member["id"].as_str().unwrap()]));
+        assert_eq!(logs.trim(), format!("part {}", member["array_index"]));
+    }
+}

@@ -2,6 +2,7 @@
 //! join), list, get, drain (mark by hand) and unmark. The agents' own side of the API (join,
 //! sync, uploads) is `crate::agents`.
 
+#[cfg(feature = "openapi")]
 use super::openapi::{ErrorResponse, Name};
 use corral_api::agents::{AgentQuery, RegisterAgent};
 
@@ -18,7 +19,9 @@ use crate::extract::{Body, Query};
 use crate::names::check_name;
 use crate::{now, App};
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents",
     summary = "Register an agent by hand (admin); 409 if one with this id exists",
@@ -31,6 +34,7 @@ use crate::{now, App};
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn register_agent(
     State(app): State<App>,
@@ -105,7 +109,9 @@ pub(super) async fn register_agent(
     Ok((StatusCode::CREATED, Json(agent)))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/agents",
     summary = "List agents",
@@ -117,6 +123,7 @@ pub(super) async fn register_agent(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_agents(
     State(app): State<App>,
@@ -140,7 +147,9 @@ async fn find_agent(app: &App, id: &str) -> Result<Agent> {
         .ok_or_else(|| ApiError::not_found("agent", id))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/agents/{id}",
     summary = "Get an agent",
@@ -151,6 +160,7 @@ async fn find_agent(app: &App, id: &str) -> Result<Agent> {
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_agent(
     State(app): State<App>,
@@ -161,7 +171,9 @@ pub(super) async fn get_agent(
 }
 
 /// Drain by hand: the agent takes nothing new, and the policy never unmarks it.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents/{id}/drain",
     summary = "Drain by hand: the agent takes nothing new and the policy never unmarks it (admin); 409 unless it is alive or marked",
@@ -173,6 +185,7 @@ pub(super) async fn get_agent(
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn drain(
     State(app): State<App>,
@@ -182,7 +195,9 @@ pub(super) async fn drain(
     set_mark(app, caller, id, true).await
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/agents/{id}/unmark",
     summary = "Unmark a marked agent (admin); 409 unless it is alive or marked",
@@ -194,6 +209,7 @@ pub(super) async fn drain(
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn unmark(
     State(app): State<App>,
@@ -225,7 +241,9 @@ async fn set_mark(app: App, caller: Caller, id: String, marked: bool) -> Result<
     Ok(Json(find_agent(&app, &id).await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/agents/{id}",
     summary = "Remove an agent with its tokens (a lost or terminated one, whose sessions are requeued or failed as its group's on_agent_lost says, or any that runs no session); 409 naming the sessions it runs (admin)",
@@ -238,6 +256,7 @@ async fn set_mark(app: App, caller: Caller, id: String, marked: bool) -> Result<
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn remove_agent(
     State(app): State<App>,

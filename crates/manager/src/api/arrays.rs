@@ -15,6 +15,7 @@ use corral_core::arrays::substitute_index;
 use corral_core::{ArrayRange, Session, Slots};
 use corral_store::{ArrayFilter, ArrayRecord, NewArray};
 
+#[cfg(feature = "openapi")]
 use super::openapi::ErrorResponse;
 use super::{new_id, Result};
 use crate::auth::Caller;
@@ -169,7 +170,9 @@ pub(crate) async fn own_array(app: &App, caller: &Caller, id: &str) -> Result<Ar
     Ok(record)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/arrays",
     summary = "List session arrays (users see their own), each with its sessions counted by state, oldest first (newest with order=newest); 404 if the group or after names none",
@@ -181,6 +184,7 @@ pub(crate) async fn own_array(app: &App, caller: &Caller, id: &str) -> Result<Ar
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_arrays(
     State(app): State<App>,
@@ -213,7 +217,9 @@ pub(super) async fn list_arrays(
     ))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/arrays/{id}",
     summary = "Get a session array: what was submitted, its sessions counted by state, and the highest exit code of those ended",
@@ -224,6 +230,7 @@ pub(super) async fn list_arrays(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_array(
     State(app): State<App>,
@@ -233,7 +240,9 @@ pub(super) async fn get_array(
     Ok(Json(view(own_array(&app, &caller, &id).await?)))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/arrays/{id}/cancel",
     summary = "Cancel every session of an array that has not ended (pending, scheduled or running), and nothing else, in one transaction; 200 with nothing cancelled once all have ended",
@@ -244,6 +253,7 @@ pub(super) async fn get_array(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn cancel_array(
     State(app): State<App>,

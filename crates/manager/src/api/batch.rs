@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+#[cfg(feature = "openapi")]
 use super::openapi::{Binary, ErrorResponse, Name, SessionPath};
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -15,8 +16,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use corral_api::batch::{
-    BatchConfig, BatchJob, ConfigChange, JobSpec, JobsQuery, Node, Rendered, SchedulerConfig,
-    SignalBody, SubmitQuery, SubmittedJob,
+    BatchConfig, BatchJob, ConfigChange, JobSpec, JobsQuery, Node, SchedulerConfig, SignalBody,
+    SubmitQuery, SubmittedJob,
 };
 use corral_api::sessions::OutputFile;
 use corral_batch::{check_job_id, check_signal, staging, JobFilter};
@@ -31,7 +32,9 @@ use crate::extract::{Body, Query};
 use crate::names::check_relative;
 use crate::{now, App};
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch",
     summary = "The batch system the group is bound to",
@@ -42,6 +45,7 @@ use crate::{now, App};
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_binding(
     State(app): State<App>,
@@ -65,7 +69,9 @@ pub(super) async fn get_binding(
     Ok(Json(config))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/groups/{name}/batch",
     summary = "Bind the group to a batch system, or change how its commands run (admin)",
@@ -79,6 +85,7 @@ pub(super) async fn get_binding(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn put_binding(
     State(app): State<App>,
@@ -95,7 +102,9 @@ pub(super) async fn put_binding(
     Ok(Json(config))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/groups/{name}/batch",
     summary = "Unbind the group from its batch system; its jobs stay in the scheduler (admin)",
@@ -106,6 +115,7 @@ pub(super) async fn put_binding(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn delete_binding(
     State(app): State<App>,
@@ -119,7 +129,9 @@ pub(super) async fn delete_binding(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/jobs",
     summary = "The jobs of the group's batch system that the caller may see (an admin: every job; a user: those Corral submitted for them), in one call to the scheduler",
@@ -135,6 +147,7 @@ pub(super) async fn delete_binding(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_jobs(
     State(app): State<App>,
@@ -180,14 +193,16 @@ pub(super) async fn list_jobs(
     Ok(Json(jobs))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups/{name}/batch/jobs",
     summary = "Submit a job to the group's batch system for the caller; with dry_run, the script and command line that would run",
     params(("name" = Name, Path, description = "the group"), SubmitQuery),
     request_body = JobSpec,
     responses(
-        (status = 200, description = "dry run: what would be submitted", body = Rendered),
+        (status = 200, description = "dry run: what would be submitted", body = corral_api::batch::Rendered),
         (status = 201, description = "submitted", body = SubmittedJob),
         (status = 400, response = ErrorResponse),
         (status = 401, response = ErrorResponse),
@@ -200,6 +215,7 @@ pub(super) async fn list_jobs(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn submit_job(
     State(app): State<App>,
@@ -285,7 +301,9 @@ async fn own_job(
     Ok((app.batches.of(app, group).await?, record))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/jobs/{id}",
     summary = "One job, also after the scheduler forgot it (from its accounting)",
@@ -301,6 +319,7 @@ async fn own_job(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_job(
     State(app): State<App>,
@@ -326,7 +345,9 @@ pub(super) async fn get_job(
     }))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/groups/{name}/batch/jobs/{id}",
     summary = "Cancel a job",
@@ -343,6 +364,7 @@ pub(super) async fn get_job(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn cancel_job(
     State(app): State<App>,
@@ -354,7 +376,9 @@ pub(super) async fn cancel_job(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/hold",
     summary = "Hold a waiting job: it does not start until released",
@@ -371,6 +395,7 @@ pub(super) async fn cancel_job(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn hold_job(
     State(app): State<App>,
@@ -382,7 +407,9 @@ pub(super) async fn hold_job(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/release",
     summary = "Release a held job",
@@ -399,6 +426,7 @@ pub(super) async fn hold_job(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn release_job(
     State(app): State<App>,
@@ -410,7 +438,9 @@ pub(super) async fn release_job(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/signal",
     summary = "Send a signal to a running job's processes",
@@ -429,6 +459,7 @@ pub(super) async fn release_job(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn signal_job(
     State(app): State<App>,
@@ -442,7 +473,9 @@ pub(super) async fn signal_job(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/nodes",
     summary = "The nodes of the group's batch system, with their state and resources",
@@ -457,6 +490,7 @@ pub(super) async fn signal_job(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_nodes(
     State(app): State<App>,
@@ -468,7 +502,9 @@ pub(super) async fn list_nodes(
     Ok(Json(bound.system.nodes().await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/config",
     summary = "The scheduler's configuration: its settings and queues",
@@ -483,6 +519,7 @@ pub(super) async fn list_nodes(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_config(
     State(app): State<App>,
@@ -494,7 +531,9 @@ pub(super) async fn get_config(
     Ok(Json(bound.system.config().await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     patch,
     path = "/api/v1/groups/{name}/batch/config",
     summary = "Change what the scheduler allows at run time: drain or resume a node, open or close a queue (admin); answers the configuration after",
@@ -513,6 +552,7 @@ pub(super) async fn get_config(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn patch_config(
     State(app): State<App>,
@@ -540,7 +580,9 @@ fn directory_of<'a>(record: &'a Option<BatchJobRecord>, id: &str) -> Result<&'a 
 }
 
 /// A user uploads an input their job names; the job is released once all are there.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/inputs/{path}",
     summary = "Upload an input the job names (up to 256 MiB) into its directory; once all are there it is released, unless its submitter held it",
@@ -559,6 +601,7 @@ fn directory_of<'a>(record: &'a Option<BatchJobRecord>, id: &str) -> Result<&'a 
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn put_input(
     State(app): State<App>,
@@ -613,7 +656,9 @@ async fn ended_job(
     Ok((bound, record))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/outputs",
     summary = "The files of the outputs a job names, once it has ended (paths relative to its directory; links left out); a job with more than 10,000 files there is answered 422 `too_many_outputs`",
@@ -630,6 +675,7 @@ async fn ended_job(
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_outputs(
     State(app): State<App>,
@@ -668,7 +714,9 @@ const MAX_OUTPUT_BYTES: u64 = crate::agents::MAX_OUTPUT as u64;
 /// How much of an output is read at a time: what the manager holds of it at once.
 const OUTPUT_CHUNK: usize = 64 << 10;
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/batch/jobs/{id}/outputs/{path}",
     summary = "One output file of a job that has ended: an output it names, or a file under one; streamed, up to 256 MiB (a larger file is answered 422 `output_too_large` with its size, and nothing of it is read)",
@@ -685,6 +733,7 @@ const OUTPUT_CHUNK: usize = 64 << 10;
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_output(
     State(app): State<App>,

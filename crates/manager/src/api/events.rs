@@ -1,6 +1,7 @@
 //! Events: what happened to sessions, agents and a group's provider, newest first. Admins read
 //! them all; users read the events of their own sessions.
 
+#[cfg(feature = "openapi")]
 use super::openapi::ErrorResponse;
 use axum::extract::State;
 use axum::Json;
@@ -16,7 +17,9 @@ use crate::App;
 /// How often a following read (`after` with `wait_ms`) looks for new events.
 const EVENT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/events",
     summary = "Events, newest first (users: of their own sessions, with session=ID); with after, the newer ones oldest first, and wait_ms waits for one",
@@ -28,6 +31,7 @@ const EVENT_POLL: std::time::Duration = std::time::Duration::from_millis(200);
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_events(
     State(app): State<App>,

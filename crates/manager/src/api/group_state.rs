@@ -2,9 +2,9 @@
 //! agent, the headroom it keeps), what a request would take and whether it fits, and the plan
 //! of one pass as a dry run. All are computed from a snapshot, with the core's functions.
 
+#[cfg(feature = "openapi")]
 use super::openapi::{ErrorResponse, Name};
 use corral_api::groups::{Required, RequiredQuestion, Shares};
-use corral_api::plan::PlanView;
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
@@ -23,7 +23,9 @@ use corral_api::sessions::SessionView;
 
 /// The group's queue in order. Everyone may see where they stand; only admins and the owner see
 /// a session's command, environment, inputs and outputs.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/pending",
     summary = "Pending sessions with why each waits",
@@ -34,6 +36,7 @@ use corral_api::sessions::SessionView;
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn pending(
     State(app): State<App>,
@@ -57,7 +60,9 @@ pub(super) async fn pending(
     ))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/shares",
     summary = "Available shares per agent and the minimum shares (headroom)",
@@ -68,6 +73,7 @@ pub(super) async fn pending(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn shares(
     State(app): State<App>,
@@ -86,7 +92,9 @@ pub(super) async fn shares(
     }))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups/{name}/required",
     summary = "Required shares of a request on an image, and whether the group can ever hold it",
@@ -100,6 +108,7 @@ pub(super) async fn shares(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn required(
     State(app): State<App>,
@@ -120,17 +129,20 @@ pub(super) async fn required(
     }))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/plan",
     summary = "Dry-run one pass of the cycle on the group as it is now (same output as corral plan --output json) (admin)",
     params(("name" = Name, Path, description = "the group")),
     responses(
-        (status = 200, description = "success", body = PlanView),
+        (status = 200, description = "success", body = corral_api::plan::PlanView),
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn dry_run(
     State(app): State<App>,

@@ -4,6 +4,7 @@
 //! checked in full, the provider's too, before anything is written; provider secrets are sealed
 //! at rest and redacted in answers (`crate::secrets`).
 
+#[cfg(feature = "openapi")]
 use super::openapi::{AcceptPatch, ErrorBody, ErrorResponse, GroupPatch, Name};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -98,7 +99,9 @@ fn validated(mut group: ScalingGroup) -> Result<ScalingGroup> {
     Ok(group)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups",
     summary = "List scaling groups",
@@ -107,6 +110,7 @@ fn validated(mut group: ScalingGroup) -> Result<ScalingGroup> {
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_groups(State(app): State<App>, _: Caller) -> Result<Json<Vec<GroupView>>> {
     let mut views = Vec::new();
@@ -116,7 +120,9 @@ pub(super) async fn list_groups(State(app): State<App>, _: Caller) -> Result<Jso
     Ok(Json(views))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups",
     summary = "Create a scaling group (admin); 409 if it exists",
@@ -129,6 +135,7 @@ pub(super) async fn list_groups(State(app): State<App>, _: Caller) -> Result<Jso
         (status = 409, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn create_group(
     State(app): State<App>,
@@ -159,7 +166,9 @@ pub(super) async fn create_group(
     ))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}",
     summary = "Get a group",
@@ -170,6 +179,7 @@ pub(super) async fn create_group(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_group(
     State(app): State<App>,
@@ -180,7 +190,9 @@ pub(super) async fn get_group(
     Ok(Json(view(&app, group).await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/groups/{name}",
     summary = "Replace a group's policy, scheduler and templates, and its provider when given (admin); the body's name must be the URL's (400)",
@@ -194,6 +206,7 @@ pub(super) async fn get_group(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn replace_group(
     State(app): State<App>,
@@ -207,7 +220,9 @@ pub(super) async fn replace_group(
 
 /// Merges a JSON merge patch into the group's settings (`PATCH /groups/{name}`), and replaces
 /// them with the result as `PUT` would: only what the patch names changes.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     patch,
     path = "/api/v1/groups/{name}",
     summary = "Change some of a group's settings (admin): a JSON merge patch (RFC 7396) of what PUT takes, merged into the current ones and checked as PUT checks them; the body's name, if given, must be the URL's (400)",
@@ -225,6 +240,7 @@ pub(super) async fn replace_group(
         (status = 413, response = ErrorResponse),
         (status = 415, description = "the body is not a JSON merge patch: its Content-Type is neither application/merge-patch+json nor application/json", body = ErrorBody, headers(("Accept-Patch" = inline(AcceptPatch)))),
     )
+)
 )]
 pub(super) async fn patch_group(
     State(app): State<App>,
@@ -354,7 +370,9 @@ fn check_fields(settings: &Value, patch: &Map<String, Value>, path: &str) -> Res
     Ok(())
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/provider",
     summary = "The group's provider configuration, secrets redacted",
@@ -365,6 +383,7 @@ fn check_fields(settings: &Value, patch: &Map<String, Value>, path: &str) -> Res
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_provider(
     State(app): State<App>,
@@ -376,7 +395,9 @@ pub(super) async fn get_provider(
 }
 
 /// Replaces the group's provider configuration; secrets sent back redacted keep their values.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/groups/{name}/provider",
     summary = "Replace the group's provider configuration; secrets sent back redacted keep their values (admin)",
@@ -390,6 +411,7 @@ pub(super) async fn get_provider(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn put_provider(
     State(app): State<App>,
@@ -413,7 +435,9 @@ pub(super) async fn put_provider(
 }
 
 /// The group's instances as the manager tracks them, and the templates held back now.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/instances",
     summary = "The group's instances and the templates held back now (admin)",
@@ -425,6 +449,7 @@ pub(super) async fn put_provider(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_instances(
     State(app): State<App>,
@@ -483,7 +508,9 @@ async fn update(
     Ok(Json(group))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/groups/{name}/policy",
     summary = "Update the policy and/or scheduler (admin)",
@@ -497,6 +524,7 @@ async fn update(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn put_policy(
     State(app): State<App>,
@@ -517,7 +545,9 @@ pub(super) async fn put_policy(
     Ok(Json(view(&app, group).await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/templates",
     summary = "List instance templates",
@@ -528,6 +558,7 @@ pub(super) async fn put_policy(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_templates(
     State(app): State<App>,
@@ -537,7 +568,9 @@ pub(super) async fn get_templates(
     Ok(Json(find_group(&app, &name).await?.templates))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/groups/{name}/templates",
     summary = "Replace instance templates (admin)",
@@ -551,6 +584,7 @@ pub(super) async fn get_templates(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn put_templates(
     State(app): State<App>,
@@ -567,7 +601,9 @@ pub(super) async fn put_templates(
     Ok(Json(update(&app, &before, group).await?.0.templates))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/groups/{name}",
     summary = "Delete a group; refused (409) while it has agents, sessions or instances (admin)",
@@ -579,6 +615,7 @@ pub(super) async fn put_templates(
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn delete_group(
     State(app): State<App>,

@@ -1,6 +1,7 @@
 //! A group's history: nodes by template and sessions by state over a window, with the scaling
 //! events in it. Counts and the scaler's events only, so users read it as admins do.
 
+#[cfg(feature = "openapi")]
 use super::openapi::{ErrorResponse, Name};
 use axum::extract::{Path, State};
 use axum::Json;
@@ -13,7 +14,9 @@ use crate::extract::Query;
 use crate::history::{series, window};
 use crate::{now, App};
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/groups/{name}/history",
     summary = "Nodes by template, pending and running sessions sampled over a window, with the scaling events in it",
@@ -25,6 +28,7 @@ use crate::{now, App};
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn history(
     State(app): State<App>,

@@ -2,6 +2,7 @@
 //! takes, and the digest of it each agent holds. Changing one invalidates the admission views
 //! (`crate::views`).
 
+#[cfg(feature = "openapi")]
 use super::openapi::{ErrorResponse, ImageName};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -16,7 +17,9 @@ use crate::extract::Body;
 use crate::names::check_image_name;
 use crate::App;
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/images",
     summary = "List images",
@@ -25,6 +28,7 @@ use crate::App;
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_images(State(app): State<App>, _: Caller) -> Result<Json<Vec<ImageView>>> {
     let mut holdings: std::collections::HashMap<String, Vec<ImageHolding>> =
@@ -53,7 +57,9 @@ fn view(image: Image, agents: Vec<ImageHolding>) -> ImageView {
     }
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/images/{name}",
     summary = "Get an image",
@@ -64,6 +70,7 @@ fn view(image: Image, agents: Vec<ImageHolding>) -> ImageView {
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_image(
     State(app): State<App>,
@@ -79,7 +86,9 @@ pub(super) async fn get_image(
     Ok(Json(view(image, agents)))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     put,
     path = "/api/v1/images/{name}",
     summary = "Create or replace an image and its minimum slots (admin)",
@@ -92,6 +101,7 @@ pub(super) async fn get_image(
         (status = 403, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn put_image(
     State(app): State<App>,
@@ -110,7 +120,9 @@ pub(super) async fn put_image(
     Ok(Json(image))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/images/{name}",
     summary = "Delete an image (admin)",
@@ -121,6 +133,7 @@ pub(super) async fn put_image(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn delete_image(
     State(app): State<App>,

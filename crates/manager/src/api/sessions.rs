@@ -2,6 +2,7 @@
 //! once, so an impossible request is a 422 and stored nowhere), list, get and cancel. What a
 //! session runs is its `Spec`, which the agents' side (`crate::agents`) reads too.
 
+#[cfg(feature = "openapi")]
 use super::openapi::ErrorResponse;
 use axum::extract::{Path, State};
 use axum::http::header::{CONTENT_TYPE, ETAG, IF_NONE_MATCH};
@@ -92,7 +93,9 @@ fn check_submit(b: &NewSession) -> Result<()> {
     Ok(())
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/sessions",
     summary = "Submit a session, or with `array` a session per index of its range in one transaction (all or none; the answer's id is the array's); an infeasible request is refused with 422 and stored nowhere, a range that is not one (the last index below the first, step or limit 0, more than 1,000,000 sessions) with 400 naming `array`, an array on a group whose sessions run as batch jobs with 422 (on such a group: 502, 503 or 504 when its scheduler fails)",
@@ -108,6 +111,7 @@ fn check_submit(b: &NewSession) -> Result<()> {
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn submit(
     State(app): State<App>,
@@ -256,7 +260,9 @@ pub(super) fn view(r: SessionRecord) -> SessionView {
     }
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/sessions",
     summary = "List sessions (users see their own), oldest first (newest with order=newest); with array=ID the sessions of that array (by index; another user's array is a 403), with array=none the sessions of no array; 404 if the group, array or after names none",
@@ -268,6 +274,7 @@ pub(super) fn view(r: SessionRecord) -> SessionView {
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_sessions(
     State(app): State<App>,
@@ -327,7 +334,9 @@ pub(crate) async fn own_session(app: &App, caller: &Caller, id: &str) -> Result<
     Ok(record)
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/sessions/{id}",
     summary = "Get a session with its state history and why it waits; with If-None-Match, 304 while it is as that ETag says, and with wait_ms the answer waits for a change",
@@ -344,6 +353,7 @@ pub(crate) async fn own_session(app: &App, caller: &Caller, id: &str) -> Result<
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn get_session(
     State(app): State<App>,
@@ -393,7 +403,9 @@ fn etag_matches(header: &[u8], tag: &str) -> bool {
     })
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/sessions/{id}/cancel",
     summary = "Cancel a session (a batch job's too); 409 once it has ended",
@@ -408,6 +420,7 @@ fn etag_matches(header: &[u8], tag: &str) -> bool {
         (status = 503, response = ErrorResponse),
         (status = 504, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn cancel(
     State(app): State<App>,

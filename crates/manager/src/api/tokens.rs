@@ -2,6 +2,7 @@
 //! an agent joins a group with (`POST /groups/{name}/bootstrap-tokens`). How tokens are made,
 //! stored and checked is `crate::auth`.
 
+#[cfg(feature = "openapi")]
 use super::openapi::{ErrorResponse, Name};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -19,7 +20,9 @@ use crate::extract::Body;
 use crate::names::check_name;
 use crate::{now, App};
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/tokens",
     summary = "Create a token for a user; the secret is shown once (admin)",
@@ -31,6 +34,7 @@ use crate::{now, App};
         (status = 403, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn new_token(
     State(app): State<App>,
@@ -57,7 +61,9 @@ pub(super) async fn new_token(
     ))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     get,
     path = "/api/v1/tokens",
     summary = "Every token, oldest first: whose, its role, a bootstrap token's expiry and use; never a secret (admin)",
@@ -66,6 +72,7 @@ pub(super) async fn new_token(
         (status = 401, response = ErrorResponse),
         (status = 403, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn list_tokens(
     State(app): State<App>,
@@ -75,7 +82,9 @@ pub(super) async fn list_tokens(
     Ok(Json(app.store.list_tokens().await?))
 }
 
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     delete,
     path = "/api/v1/tokens/{id}",
     summary = "Revoke a token at once; 409 for the last admin token (admin)",
@@ -87,6 +96,7 @@ pub(super) async fn list_tokens(
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn revoke_token(
     State(app): State<App>,
@@ -100,7 +110,9 @@ pub(super) async fn revoke_token(
 }
 
 /// A one-time token an agent joins this group with; it expires unused after `ttl_secs`.
-#[utoipa::path(
+#[cfg_attr(
+    feature = "openapi",
+    utoipa::path(
     post,
     path = "/api/v1/groups/{name}/bootstrap-tokens",
     summary = "A one-time token an agent joins this group with; it expires unused after ttl_secs (admin)",
@@ -114,6 +126,7 @@ pub(super) async fn revoke_token(
         (status = 404, response = ErrorResponse),
         (status = 413, response = ErrorResponse),
     )
+)
 )]
 pub(super) async fn new_bootstrap_token(
     State(app): State<App>,
