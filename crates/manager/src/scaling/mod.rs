@@ -11,6 +11,10 @@
 //!   tag proves nothing, a batch job's name, only ids recorded at launch are acted on), and
 //!   agents whose instance disappeared are lost (their sessions follow `on_agent_lost`) and
 //!   terminated.
+//!
+//! Here: the driver task and its IO. What to do about the instances the driver reads
+//! (too late, claims to settle, orphans, vanished) is decided in `reconcile`, pure and tested
+//! there; launching, and a failure's backoff, are in `launch`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -20,15 +24,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corral_core::{AgentState, Governor, LaunchLimit, LaunchSettings, OnAgentLost, Timestamp};
-use corral_provider::{
-    Context, Instance, InstanceState, LaunchRequest, Provider, ProviderConfig, ProviderError,
-};
-use corral_store::{InstancePhase, InstanceRecord, NewEvent, Store, StoreError};
+use corral_provider::{Context, Provider, ProviderConfig, ProviderError};
+use corral_store::{InstancePhase, NewEvent, Store, StoreError};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::control::Control;
 use crate::now;
+use reconcile::{OrphanAct, Vanished};
+
+mod launch;
+mod reconcile;
 
 /// Where drivers find what local providers need.
 #[derive(Debug, Clone)]
@@ -433,185 +439,6 @@ impl Driver {
         Ok(())
     }
 
-    /// Launches requested instances, per template, each with its own bootstrap token.
-    async fn launch(
-        &self,
-        provider: &dyn Provider,
-        settings: &LaunchSettings,
-        control: &Arc<Control>,
-    ) -> Result<(), StoreError> {
-        let requested = self
-            .store
-            .list_instances(&self.group, &[InstancePhase::Requested])
-            .await?;
-        let mut by_template: BTreeMap<&str, Vec<&InstanceRecord>> = BTreeMap::new();
-        for r in &requested {
-            by_template.entry(&r.template).or_default().push(r);
-        }
-        let ttl = Duration::from_secs(settings.max_provisioning_secs);
-        for (template, rows) in by_template {
-            // Claimed first: should another driver read the same rows (a manager that lost
-            // the group and does not know it yet), each is launched by one of them.
-            let ids: Vec<&str> = rows.iter().map(|r| r.id.as_str()).collect();
-            let claimed = self.store.claim_launches(&ids, now()).await?;
-            let rows: Vec<&InstanceRecord> = rows
-                .into_iter()
-                .filter(|r| claimed.contains(&r.id))
-                .collect();
-            if rows.is_empty() {
-                continue;
-            }
-            let mut requests = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let (token, _) = crate::auth::create_bootstrap_token(
-                    &self.store,
-                    &self.group,
-                    Some(&r.id),
-                    ttl,
-                    now(),
-                )
-                .await?;
-                requests.push(LaunchRequest {
-                    agent_id: r.id.clone(),
-                    token,
-                });
-            }
-            let timeout = Duration::from_secs(settings.call_timeout_secs);
-            let result = self
-                .call(timeout, "launch", provider.launch(template, &requests))
-                .await;
-            let now = now();
-            match result {
-                Ok(instances) => {
-                    let started: HashMap<&str, &Instance> = instances
-                        .iter()
-                        .filter_map(|i| i.agent_id.as_deref().map(|a| (a, i)))
-                        .collect();
-                    let mut launched = Vec::new();
-                    let mut missing = 0;
-                    for r in &rows {
-                        match started.get(r.id.as_str()) {
-                            Some(i) => {
-                                // Its agent may have joined already: the id is kept either way.
-                                self.store.record_provider_id(&r.id, &i.id).await?;
-                                self.store
-                                    .move_instance(
-                                        &r.id,
-                                        &[InstancePhase::Launching],
-                                        InstancePhase::Provisioning,
-                                        None,
-                                        "launched",
-                                        now,
-                                    )
-                                    .await?;
-                                launched.push(format!("{} ({})", r.id, i.id));
-                            }
-                            None => {
-                                missing += 1;
-                                self.never_started(r, "the provider did not start it", now)
-                                    .await?;
-                            }
-                        }
-                    }
-                    if !launched.is_empty() {
-                        let message = format!(
-                            "launched {} × {template}: {}",
-                            launched.len(),
-                            launched.join(", ")
-                        );
-                        self.event("launched", None, message).await?;
-                    }
-                    if missing > 0 {
-                        let error =
-                            format!("the provider started {} of {}", launched.len(), rows.len());
-                        self.failure(template, false, &error, now, control).await?;
-                    }
-                }
-                Err(e) => {
-                    for r in &rows {
-                        self.never_started(r, &e.to_string(), now).await?;
-                    }
-                    let what = format!("launching {} × {template} failed ({e})", rows.len());
-                    self.failure(
-                        template,
-                        e.class == corral_provider::ErrorClass::Fatal,
-                        &what,
-                        now,
-                        control,
-                    )
-                    .await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Without a provider, the requested instances fail at once, each template backing off with
-    /// `why`.
-    async fn unlaunchable(&self, why: &str, control: &Arc<Control>) -> Result<(), StoreError> {
-        let requested = self
-            .store
-            .list_instances(&self.group, &[InstancePhase::Requested])
-            .await?;
-        let mut by_template: BTreeMap<&str, usize> = BTreeMap::new();
-        let now = now();
-        for r in &requested {
-            if self.never_started(r, why, now).await? {
-                *by_template.entry(&r.template).or_default() += 1;
-            }
-        }
-        for (template, count) in by_template {
-            let what = format!("launching {count} × {template} failed ({why})");
-            self.failure(template, false, &what, now, control).await?;
-        }
-        Ok(())
-    }
-
-    /// A requested or claimed instance the provider did not start.
-    async fn never_started(
-        &self,
-        r: &InstanceRecord,
-        reason: &str,
-        now: Timestamp,
-    ) -> Result<bool, StoreError> {
-        self.store
-            .move_instance(
-                &r.id,
-                &[InstancePhase::Requested, InstancePhase::Launching],
-                InstancePhase::Failed,
-                None,
-                reason,
-                now,
-            )
-            .await
-    }
-
-    /// A template failed: back it off, say so, and let the policy plan again without it.
-    async fn failure(
-        &self,
-        template: &str,
-        fatal: bool,
-        what: &str,
-        now: Timestamp,
-        control: &Arc<Control>,
-    ) -> Result<(), StoreError> {
-        let (until, failures) = self.me.failed(template, fatal, what, now);
-        self.me.save(&self.store, &self.group).await?;
-        let labels = crate::metrics::LaunchFailureLabels {
-            group: self.group.clone(),
-            template: template.to_string(),
-            class: if fatal { "fatal" } else { "retryable" },
-        };
-        self.metrics.launch_failures.get_or_create(&labels).inc();
-        let secs = (until.0 - now.0).max(0) / 1000;
-        let message = format!(
-            "{what}; template {template} backs off for {secs} s (failure {failures} in a row)"
-        );
-        self.event("launch_failed", None, message).await?;
-        control.wake(&self.group);
-        Ok(())
-    }
-
     /// Terminates the instances of agents the cycle let go.
     async fn terminate(
         &self,
@@ -665,17 +492,12 @@ impl Driver {
         control: &Arc<Control>,
     ) -> Result<(), StoreError> {
         let now = now();
-        let deadline =
-            |r: &InstanceRecord| r.requested_at.plus_secs(settings.max_provisioning_secs);
-        let late: Vec<InstanceRecord> = self
+        let in_flight = self
             .store
             .list_instances(&self.group, &InstancePhase::IN_FLIGHT)
-            .await?
-            .into_iter()
-            .filter(|r| deadline(r) <= now)
-            .collect();
-        for r in &late {
-            if let (Some(provider), Some(id)) = (provider, &r.provider_id) {
+            .await?;
+        for late in reconcile::time_out(&in_flight, provider.is_some(), settings, now) {
+            if let (Some(provider), Some(id)) = (provider, &late.terminate) {
                 let timeout = Duration::from_secs(settings.call_timeout_secs);
                 if let Err(e) = self
                     .call(
@@ -688,29 +510,27 @@ impl Driver {
                     tracing::warn!(group = self.group, instance = id, error = %e, "terminating a late instance failed; reconciliation will retry");
                 }
             }
-            let why = format!("did not join within {} s", settings.max_provisioning_secs);
             let moved = self
                 .store
                 .move_instance(
-                    &r.id,
+                    &late.id,
                     &InstancePhase::IN_FLIGHT,
                     InstancePhase::Failed,
                     None,
-                    &why,
+                    &late.reason,
                     now,
                 )
                 .await?;
             if moved {
-                let vendor = r.provider_id.as_deref().unwrap_or("never started");
-                let what = format!("instance {vendor} (agent {}) {why}", r.id);
-                self.failure(&r.template, false, &what, now, control)
+                self.failure(&late.template, false, &late.failure, now, control)
                     .await?;
             }
         }
         Ok(())
     }
 
-    /// Compares the provider's list with the instances the manager knows.
+    /// Compares the provider's list with the instances the manager knows
+    /// (`reconcile::reconcile` decides), and carries out what it says.
     async fn reconcile(
         &mut self,
         provider: &dyn Provider,
@@ -730,91 +550,92 @@ impl Driver {
             .store
             .list_instances(&self.group, &InstancePhase::LIVE)
             .await?;
-        let known_vendor: HashSet<&str> = known
-            .iter()
-            .filter_map(|r| r.provider_id.as_deref())
-            .collect();
-        let known_agent: HashSet<&str> = known.iter().map(|r| r.id.as_str()).collect();
-        let present: HashMap<&str, &Instance> = listed
-            .iter()
-            .filter(|i| i.state != InstanceState::Gone)
-            .map(|i| (i.id.as_str(), i))
-            .collect();
-
         // Whether a listed instance unknown to the manager may be taken for one launched for
         // the group: not where anyone can give it the tag (a batch job named like a pilot).
         let proven = provider.lists_only_its_own();
-        self.settle_claims(&known, &listed, proven, settings, now)
+        let plan = reconcile::reconcile(&known, &listed, proven, &self.orphans, settings, now);
+        self.settle_claims(&plan.settle, now).await?;
+        self.act_on_orphans(provider, &plan.orphans, settings)
             .await?;
+        self.act_on_vanished(&plan.vanished, now, control).await
+    }
 
-        // Unknown instances with the group's tag: terminated once past the grace period; where
-        // the tag proves nothing, said once and left alone (it may be anyone's job).
-        let mut seen = HashSet::new();
-        for i in present.values() {
-            let ours = known_vendor.contains(i.id.as_str())
-                || proven
-                    && i.agent_id
-                        .as_deref()
-                        .is_some_and(|a| known_agent.contains(a));
-            if ours {
-                continue;
-            }
-            seen.insert(i.id.clone());
-            if !proven {
-                if !self.orphans.contains_key(&i.id) {
-                    self.orphans.insert(i.id.clone(), now);
-                    let message = format!(
-                        "instance {} carries the group's tag but the manager never launched it; \
-                         left alone, as the provider cannot show whose it is",
-                        i.id
-                    );
-                    self.event("orphan", None, message).await?;
-                }
-                continue;
-            }
-            let first = *self.orphans.entry(i.id.clone()).or_insert(now);
-            if first.plus_secs(settings.orphan_grace_secs) <= now {
-                match self
+    /// Instances claimed for launch by a driver that stopped before it said how the launch
+    /// went: moved as `reconcile::settle_claims` says, never launched again.
+    async fn settle_claims(
+        &self,
+        settle: &[reconcile::Settle],
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        for s in settle {
+            self.store
+                .move_instance_noting(
+                    &s.id,
+                    &[InstancePhase::Launching],
+                    s.to,
+                    s.vendor.as_deref(),
+                    s.reason,
+                    Some(&self.new_event("launch_settled", Some(&s.id), s.message.clone())),
+                    now,
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Remembers when each orphan was first seen (before acting, as a failed event must not
+    /// make it said twice), says or terminates those due, and forgets those no longer listed.
+    async fn act_on_orphans(
+        &mut self,
+        provider: &dyn Provider,
+        orphans: &[reconcile::Orphan],
+        settings: &LaunchSettings,
+    ) -> Result<(), StoreError> {
+        let timeout = Duration::from_secs(settings.call_timeout_secs);
+        for o in orphans {
+            self.orphans.insert(o.vendor.clone(), o.first_seen);
+            match &o.act {
+                OrphanAct::Wait => {}
+                OrphanAct::Report(message) => self.event("orphan", None, message.clone()).await?,
+                OrphanAct::Terminate(message) => match self
                     .call(
                         timeout,
                         "terminate",
-                        provider.terminate(std::slice::from_ref(&i.id)),
+                        provider.terminate(std::slice::from_ref(&o.vendor)),
                     )
                     .await
                 {
                     Ok(()) => {
-                        self.orphans.remove(&i.id);
-                        let message = format!(
-                            "instance {} carries the group's tag but the manager does not know it; \
-                             terminated after {} s",
-                            i.id, settings.orphan_grace_secs
-                        );
-                        self.event("orphan", None, message).await?;
+                        self.orphans.remove(&o.vendor);
+                        self.event("orphan", None, message.clone()).await?;
                     }
                     Err(e) => {
-                        tracing::warn!(group = self.group, instance = i.id, error = %e, "terminating an orphan failed")
+                        tracing::warn!(group = self.group, instance = o.vendor, error = %e, "terminating an orphan failed")
                     }
-                }
+                },
             }
         }
-        self.orphans.retain(|id, _| seen.contains(id));
+        let listed: HashSet<&str> = orphans.iter().map(|o| o.vendor.as_str()).collect();
+        self.orphans.retain(|id, _| listed.contains(id.as_str()));
+        Ok(())
+    }
 
-        for r in &known {
-            let Some(vendor) = r.provider_id.as_deref() else {
-                continue;
-            };
-            let gone = !present.contains_key(vendor);
-            let listed_gone = listed
-                .iter()
-                .any(|i| i.id == vendor && i.state == InstanceState::Gone);
-            match r.phase {
-                InstancePhase::Joined if gone => {
-                    self.instance_gone(r, vendor, now, control).await?
+    /// Ends the known instances the provider's list says have ended.
+    async fn act_on_vanished(
+        &self,
+        vanished: &[Vanished],
+        now: Timestamp,
+        control: &Arc<Control>,
+    ) -> Result<(), StoreError> {
+        for v in vanished {
+            match v {
+                Vanished::Lost { id, vendor } => {
+                    self.instance_gone(id, vendor, now, control).await?
                 }
-                InstancePhase::Terminating if gone => {
+                Vanished::Terminated { id } => {
                     self.store
                         .move_instance(
-                            &r.id,
+                            id,
                             &[InstancePhase::Terminating],
                             InstancePhase::Terminated,
                             None,
@@ -823,12 +644,15 @@ impl Driver {
                         )
                         .await?;
                 }
-                // Died before joining (a fresh instance may not be listed yet: only a listed end counts).
-                InstancePhase::Provisioning if listed_gone => {
+                Vanished::Failed {
+                    id,
+                    template,
+                    failure,
+                } => {
                     let moved = self
                         .store
                         .move_instance(
-                            &r.id,
+                            id,
                             &[InstancePhase::Provisioning],
                             InstancePhase::Failed,
                             None,
@@ -837,76 +661,10 @@ impl Driver {
                         )
                         .await?;
                     if moved {
-                        let what =
-                            format!("instance {vendor} (agent {}) ended before joining", r.id);
-                        self.failure(&r.template, false, &what, now, control)
-                            .await?;
+                        self.failure(template, false, failure, now, control).await?;
                     }
                 }
-                _ => {}
             }
-        }
-        Ok(())
-    }
-
-    /// Instances claimed for launch by a driver that stopped before it said how the launch
-    /// went (its manager died or lost the group), once that launch call would have timed out:
-    /// the provider's list, by agent id, says whether it was launched. Never launched again.
-    async fn settle_claims(
-        &self,
-        known: &[InstanceRecord],
-        listed: &[Instance],
-        proven: bool,
-        settings: &LaunchSettings,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        // This driver's own claims are settled within its round, before it reconciles.
-        let settled_by =
-            |r: &InstanceRecord| r.updated_at.plus_secs(settings.call_timeout_secs + 1);
-        let stale = known
-            .iter()
-            .filter(|r| r.phase == InstancePhase::Launching && settled_by(r) <= now);
-        for r in stale {
-            // Adopted by its agent id only where the provider's list proves it ours: a batch
-            // job named like the pilot may be anyone's, and never becomes the manager's to act on.
-            let found = listed.iter().find(|i| {
-                proven
-                    && i.agent_id.as_deref() == Some(r.id.as_str())
-                    && i.state != InstanceState::Gone
-            });
-            let (to, vendor, reason) = match found {
-                Some(i) => (
-                    InstancePhase::Provisioning,
-                    Some(i.id.as_str()),
-                    "launched by a driver that stopped before recording it",
-                ),
-                None if proven => (
-                    InstancePhase::Failed,
-                    None,
-                    "claimed by a driver that stopped before launching it",
-                ),
-                None => (
-                    InstancePhase::Failed,
-                    None,
-                    "claimed by a driver that stopped before recording a launch",
-                ),
-            };
-            let message = format!(
-                "instance of agent {}: {reason}; the provider lists it {}",
-                r.id,
-                vendor.map_or("nowhere".to_string(), |v| format!("as {v}"))
-            );
-            self.store
-                .move_instance_noting(
-                    &r.id,
-                    &[InstancePhase::Launching],
-                    to,
-                    vendor,
-                    reason,
-                    Some(&self.new_event("launch_settled", Some(&r.id), message)),
-                    now,
-                )
-                .await?;
         }
         Ok(())
     }
@@ -915,7 +673,7 @@ impl Driver {
     /// `on_agent_lost`) and, as it cannot come back, terminated.
     async fn instance_gone(
         &self,
-        r: &InstanceRecord,
+        id: &str,
         vendor: &str,
         now: Timestamp,
         control: &Arc<Control>,
@@ -923,7 +681,7 @@ impl Driver {
         let moved = self
             .store
             .move_instance(
-                &r.id,
+                id,
                 &[InstancePhase::Joined],
                 InstancePhase::Terminated,
                 None,
@@ -939,21 +697,20 @@ impl Driver {
             .get_group(&self.group)
             .await?
             .is_none_or(|g| g.policy.on_agent_lost == OnAgentLost::Requeue);
-        let held = self.store.lose_agent(&r.id, requeue, now).await?;
-        if let Some(agent) = self.store.get_agent(&r.id).await? {
+        let held = self.store.lose_agent(id, requeue, now).await?;
+        if let Some(agent) = self.store.get_agent(id).await? {
             if agent.state != AgentState::Terminated {
                 self.store
-                    .set_agent_state(&r.id, AgentState::Terminated, false, now)
+                    .set_agent_state(id, AgentState::Terminated, false, now)
                     .await?;
             }
         }
         let fate = if requeue { "requeued" } else { "failed" };
         let message = format!(
-            "instance {vendor} of agent {} disappeared: the agent is lost and terminated, {} session(s) {fate}",
-            r.id,
+            "instance {vendor} of agent {id} disappeared: the agent is lost and terminated, {} session(s) {fate}",
             held.len()
         );
-        self.event("instance_gone", Some(&r.id), message).await?;
+        self.event("instance_gone", Some(id), message).await?;
         control.wake(&self.group);
         Ok(())
     }
