@@ -387,7 +387,13 @@ fn run(cli: Cli) -> Result<()> {
             })?;
             Ok(())
         }
-        Command::Bench { target } => bench::run(target),
+        Command::Bench { target } => {
+            // The measured managers log only when asked (RUST_LOG): logs cost time.
+            if std::env::var_os("RUST_LOG").is_some() {
+                init_logs(LogFormat::Text);
+            }
+            bench::run(target)
+        }
         Command::Simulate(args) => simulate::run(args),
         Command::AgentImage {
             tag,

@@ -102,6 +102,13 @@ impl Control {
     /// folded into one more pass.
     pub fn wake(self: &Arc<Self>, group: &str) {
         self.views.invalidate(group);
+        self.wake_queue(group);
+    }
+
+    /// New sessions in `group`'s queue: a pass soon, as [`Control::wake`], but what admission
+    /// reads of the group (its agents, templates, images) is unchanged, so the admission view
+    /// is kept: at hundreds of submits a second, dropping it made every submit read it again.
+    pub fn wake_queue(self: &Arc<Self>, group: &str) {
         let worker = self.lock_owned().get(group).map(|o| o.worker.clone());
         if let Some(worker) = worker {
             worker.notify_one();
@@ -330,7 +337,9 @@ impl Control {
         loop {
             let now = now();
             let generation = self.views.generation(group);
+            let reading = std::time::Instant::now();
             let mut snapshot = store.snapshot(group, now).await?;
+            let read = reading.elapsed();
             // The pass reads the head of the queue only: when that was full, more may wait
             // behind it (an array of 100,000), for the next pass at once rather than a tick.
             let head_only = snapshot.pending().count() >= MAX_PENDING_PER_PASS;
@@ -338,12 +347,24 @@ impl Control {
             if let Some(driver) = &driver {
                 snapshot.launch_limits = driver.limits(now);
             }
+            let deciding = std::time::Instant::now();
             let decisions = cycle(&snapshot);
+            let decided_in = deciding.elapsed();
             let changes_agents = !(decisions.marks.is_empty()
                 && decisions.unmarks.is_empty()
                 && decisions.terminations.is_empty());
             let applying = std::time::Instant::now();
             let result = store.apply(group, &snapshot, &decisions, now).await;
+            // Where a pass's time goes, for an operator chasing a slow queue.
+            tracing::debug!(
+                group,
+                pending = snapshot.pending().count(),
+                placed = decisions.placements.len(),
+                read_ms = read.as_secs_f64() * 1e3,
+                cycle_ms = decided_in.as_secs_f64() * 1e3,
+                apply_ms = applying.elapsed().as_secs_f64() * 1e3,
+                "pass"
+            );
             let of_group = GroupLabels {
                 group: group.to_string(),
             };

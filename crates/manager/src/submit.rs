@@ -78,7 +78,7 @@ async fn writer(store: Store, control: Arc<Control>, mut rx: mpsc::Receiver<Job>
         groups.sort_unstable();
         groups.dedup();
         for g in groups {
-            control.wake(g);
+            control.wake_queue(g);
         }
         for (job, result) in batch.drain(..).zip(results) {
             let _ = job.done.send(result);

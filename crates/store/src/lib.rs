@@ -177,6 +177,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         include_str!("../migrations/sqlite/0018_arrays.sql"),
         include_str!("../migrations/postgres/0018_arrays.sql"),
     ),
+    (
+        19,
+        "device_grants",
+        include_str!("../migrations/sqlite/0019_device_grants.sql"),
+        include_str!("../migrations/postgres/0019_device_grants.sql"),
+    ),
 ];
 
 /// PostgreSQL ends a session idle this long within a transaction ([`Store::open_with`]): the

@@ -98,7 +98,7 @@ pub(super) async fn submit_array(
         waiting_reason: waiting.as_deref(),
     };
     app.store.insert_array(&array, now()).await?;
-    app.control.wake(&template.group);
+    app.control.wake_queue(&template.group);
     let sessions = u32::try_from(range.len()).unwrap_or(u32::MAX);
     Ok((
         StatusCode::CREATED,
