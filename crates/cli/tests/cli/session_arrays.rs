@@ -137,6 +137,17 @@ fn an_array_is_submitted_listed_waited_for_and_cancelled_as_one() {
             .count();
         (running == 4).then_some(())
     });
+    // The group's page too: one row with its counts, none per session.
+    let group_page = dashboard(&c, "/ui/groups/g");
+    assert!(
+        group_page.contains(&format!(r#"data-array="{sleepers}""#)),
+        "{group_page}"
+    );
+    assert!(group_page.contains("4 running"), "{group_page}");
+    assert!(
+        !group_page.contains(&format!(r#"data-session="{sleepers}x"#)),
+        "{group_page}"
+    );
     let cancelled = ok(c.cli(&["session", "cancel", &sleepers]));
     assert!(cancelled.contains("cancelled 4"), "{cancelled}");
     c.until("every sleeper cancelled", || {

@@ -1,11 +1,12 @@
-//! A group's page: capacity per slot, the timeline, its agents with their allocation, the
-//! pending queue with why each session waits, sessions on agents, and instances on their way.
+//! A group's page: capacity per slot, the timeline, its agents with their allocation, its
+//! arrays not yet ended (one row each, its sessions counted by state), the pending queue with
+//! why each session waits, sessions on agents, and instances on their way.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use corral_api::history::HistoryQuery;
 use corral_core::{AgentState, SessionState};
-use corral_store::{InstancePhase, SessionFilter};
+use corral_store::{ArrayFilter, ArraySelect, InstancePhase, SessionFilter};
 use maud::html;
 use serde::Deserialize;
 
@@ -54,8 +55,21 @@ pub async fn page(
         owner: mine.clone(),
         state: Some(state),
         limit: Some(ROWS),
+        // An array's sessions are its row in the arrays table, not one row each.
+        array: Some(ArraySelect::Outside),
         ..Default::default()
     };
+    let arrays = app
+        .store
+        .list_arrays(&ArrayFilter {
+            group: Some(name.clone()),
+            owner: mine.clone(),
+            active: Some(true),
+            limit: Some(ROWS),
+            newest_first: true,
+            ..Default::default()
+        })
+        .await?;
     let pending = app
         .store
         .list_sessions(&sessions(SessionState::Pending))
@@ -134,6 +148,18 @@ pub async fn page(
                 @if shown_agents < agents.len() {
                     p { (agents.len() - shown_agents) " more: "
                         a href=(format!("/ui/groups/{}?all=true", group.name)) { "show all" } }
+                }
+            }
+        }
+        @if !arrays.is_empty() {
+            section {
+                h2 { "Arrays" }
+                table #arrays {
+                    thead { tr { th { "Array" } th { "Group" } th { "Owner" } th { "Sessions" }
+                                 th { "Request" } th { "Submitted" } } }
+                    tbody {
+                        @for a in &arrays { (super::overview::array_row(a)) }
+                    }
                 }
             }
         }

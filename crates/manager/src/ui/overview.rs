@@ -64,7 +64,7 @@ fn session_row(r: &SessionRecord) -> Markup {
     }
 }
 
-fn array_row(a: &ArrayRecord) -> Markup {
+pub(super) fn array_row(a: &ArrayRecord) -> Markup {
     html! {
         tr.array data-array=(a.id) {
             td { a.array-link href=(format!("/ui?array={}", a.id)) { (a.id) }
