@@ -35,8 +35,12 @@ async fn docker_or_skip() -> Option<Docker> {
     corral_testkit::require_ok("a Docker daemon", reached)
 }
 
-/// Builds [`TEST_IMAGE`] once per test run (tests run in parallel).
-async fn test_image(docker: &Docker) {
+/// Builds [`TEST_IMAGE`] once per test run (tests run in parallel); false, after the skip
+/// policy's message, without busybox to build it from.
+async fn test_image(docker: &Docker) -> bool {
+    if !corral_testkit::require_busybox() {
+        return false;
+    }
     static BUILT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     BUILT
         .get_or_init(|| async {
@@ -45,6 +49,7 @@ async fn test_image(docker: &Docker) {
                 .unwrap();
         })
         .await;
+    true
 }
 
 /// Removes a group's containers when dropped, also after a failed assertion.
@@ -98,7 +103,9 @@ async fn agents_run_in_containers_of_an_image_built_from_a_dynamic_binary() {
         return;
     };
     let _cleanup = cleanup(GROUP);
-    test_image(&docker).await;
+    if !test_image(&docker).await {
+        return;
+    }
     let p = provider(
         GROUP,
         json!({
@@ -200,7 +207,9 @@ async fn the_default_command_starts_the_agent_and_exited_containers_are_gone() {
         return;
     };
     let _cleanup = cleanup(GROUP);
-    test_image(&docker).await;
+    if !test_image(&docker).await {
+        return;
+    }
     let p = provider(GROUP, json!({"image": TEST_IMAGE})).await;
     let launched = p.launch("large", &requests(&["d-3"])).await.unwrap();
     let info = docker
@@ -259,7 +268,9 @@ async fn containers_of_other_groups_are_not_terminated() {
         return;
     };
     let _cleanup = cleanup(GROUP);
-    test_image(&docker).await;
+    if !test_image(&docker).await {
+        return;
+    }
     let mine = provider(
         GROUP,
         json!({"image": TEST_IMAGE, "command": ["sleep", "600"]}),

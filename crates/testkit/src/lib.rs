@@ -24,4 +24,6 @@ pub use netns::Netns;
 pub use postgres::Postgres;
 pub use processes::KillLeftovers;
 pub use registry::Registry;
-pub use skip::{postgres_admin_url, require, require_ok, skip, POSTGRES_ENV};
+pub use skip::{
+    postgres_admin_url, require, require_busybox, require_ok, skip, BUSYBOX, POSTGRES_ENV,
+};

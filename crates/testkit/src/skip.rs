@@ -4,6 +4,7 @@
 //! provides every service and a test must not pass there without having run.
 
 use std::fmt::Display;
+use std::io::Write;
 
 /// The variable naming a PostgreSQL server for tests: an admin URL such as
 /// `postgres://postgres@127.0.0.1:5432/postgres`; each test makes a database of its own there.
@@ -20,7 +21,9 @@ pub fn skip(why: &str) {
     if in_ci() {
         panic!("{why}; under CI=true a test must run, not pass skipped");
     }
-    eprintln!("skipped: {why}");
+    // Written to the process's standard error itself, not through `eprintln!`, which the test
+    // harness captures and shows only for a failing test: a passing run says what it skipped.
+    let _ = writeln!(std::io::stderr(), "skipped: {why}");
 }
 
 /// Whether the test may go on: true when `service` is available, otherwise false after
@@ -54,5 +57,19 @@ pub fn postgres_admin_url() -> Option<String> {
     require_ok(
         "PostgreSQL",
         url.ok_or_else(|| format!("{POSTGRES_ENV} is not set")),
+    )
+}
+
+/// Where Debian's busybox-static installs its binary: what the images of Corral's Docker tests
+/// are built from (this machine pulls no image).
+pub const BUSYBOX: &str = "/bin/busybox";
+
+/// [`require`] for [`BUSYBOX`]: whether it is there, or false after [`skip`] saying how to get
+/// it.
+#[track_caller]
+pub fn require_busybox() -> bool {
+    require(
+        "/bin/busybox (apt-get install busybox-static)",
+        std::path::Path::new(BUSYBOX).exists(),
     )
 }

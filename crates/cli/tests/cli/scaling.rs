@@ -197,7 +197,7 @@ fn the_process_provider_scales_a_group_out_and_back_to_zero() {
 
 #[test]
 fn the_docker_provider_scales_a_group_out_and_back_to_zero() {
-    if !docker_available() {
+    if !docker_and_busybox_available() {
         return;
     }
     // The agent image, built from this very binary as an operator would; without its debug

@@ -307,3 +307,9 @@ pub fn docker_available() -> bool {
         .is_ok_and(|o| o.status.success());
     corral_testkit::require("a Docker daemon", ok)
 }
+
+/// Docker and Debian's static busybox, from which `corral agent-image` builds its images (this
+/// machine pulls none); without them the test is skipped, saying so (fails under CI=true).
+pub fn docker_and_busybox_available() -> bool {
+    docker_available() && corral_testkit::require_busybox()
+}
