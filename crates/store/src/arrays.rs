@@ -143,7 +143,7 @@ impl Store {
     /// group does not exist, `Conflict` if its id or a session's is taken, `Refused` if its
     /// range is not one (`ArrayRange::validate`).
     ///
-    /// The sessions go in by multi-row INSERTs, a thousand a statement, each row binding its
+    /// The sessions go in by multi-row INSERTs, a hundred a statement, each row binding its
     /// id, index and spec and naming the values all share once; their history rows in one
     /// INSERT ... SELECT.
     pub async fn insert_array(&self, array: &NewArray<'_>, now: Timestamp) -> Result<()> {
