@@ -1,4 +1,5 @@
-//! Tokens: random secrets shown once, stored as SHA-256 hashes; roles admin and user.
+//! Tokens: random secrets shown once, stored as SHA-256 hashes; roles admin, user, agent (acts
+//! for one agent) and bootstrap (one join, expiring).
 
 use std::io::Write;
 use std::path::Path;
