@@ -110,14 +110,14 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         super::agent_registry::unmark,
         super::events::list_events,
         crate::agents::join,
-        crate::agents::sync,
-        crate::agents::append_log,
-        crate::agents::put_output,
-        crate::agents::get_input,
-        crate::agents::put_input,
-        crate::agents::read_log,
-        crate::agents::list_outputs,
-        crate::agents::get_output,
+        crate::agents::sync::sync,
+        crate::agents::files::append_log,
+        crate::agents::files::put_output,
+        crate::agents::files::get_input,
+        crate::agents::files::put_input,
+        crate::agents::files::read_log,
+        crate::agents::files::list_outputs,
+        crate::agents::files::get_output,
         crate::external::challenge,
         crate::external::join,
         crate::external::add_key,
@@ -181,7 +181,7 @@ schema_type!(
 );
 
 schema_type!(
-    /// A session's log (`agents::check_stream`).
+    /// A session's log (`agents::files::check_stream`).
     LogStream = json!({"type": "string", "enum": ["stdout", "stderr"]})
 );
 
