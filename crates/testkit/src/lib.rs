@@ -1,6 +1,6 @@
 //! What Corral's tests share, one concept per module: waiting for a condition
 //! ([`eventually`]), a real container [`Registry`], a load balancer's stand-in before several
-//! managers ([`Front`]), a PostgreSQL server a test stops and starts ([`Postgres`]), a network namespace a test cuts off ([`Netns`]), skipping a test whose service is missing ([`require`], which fails
+//! managers ([`Front`]), a PostgreSQL server a test stops and starts ([`Postgres`]), a network namespace a test cuts off ([`Netns`]), scripts written so that running them never finds them busy ([`write_executable`]), skipping a test whose service is missing ([`require`], which fails
 //! instead under `CI=true`; [`cgroup2_parent`] is such a service), and leaving nothing running ([`KillLeftovers`],
 //! [`RemoveContainers`]).
 //!
@@ -9,6 +9,7 @@
 mod cgroups;
 mod containers;
 mod eventually;
+mod executables;
 mod front;
 mod netns;
 mod postgres;
@@ -19,6 +20,7 @@ mod skip;
 pub use cgroups::cgroup2_parent;
 pub use containers::RemoveContainers;
 pub use eventually::{eventually, eventually_async, Ready};
+pub use executables::write_executable;
 pub use front::Front;
 pub use netns::Netns;
 pub use postgres::Postgres;

@@ -46,9 +46,7 @@ fn script() -> &'static Path {
         let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("standin-{}.sh", env!("CARGO_CRATE_NAME")));
         if std::fs::read_to_string(&path).ok().as_deref() != Some(SCRIPT) {
-            std::fs::write(&path, SCRIPT).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            corral_testkit::write_executable(&path, SCRIPT);
         }
         path
     })

@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -64,8 +63,7 @@ pub fn context(group: &str, state_dir: &Path, corral_binary: &Path) -> Context {
 
 /// Writes an executable script.
 pub fn script(path: &Path, text: &str) -> PathBuf {
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    corral_testkit::write_executable(path, text);
     path.to_path_buf()
 }
 
