@@ -321,9 +321,11 @@ def before_call(ctx, case, kwargs):
         # An array's range must run upwards (a rule across fields, refused with 400 naming
         # \`array\`); a few sessions each, not the million a schema-valid range may ask for.
         array = body.get("array")
-        if isinstance(array, dict) and isinstance(array.get("first"), int) \
-                and isinstance(array.get("last"), int):
-            first, last = sorted((array["first"], array["last"]))
+        # (Integers may come as floats such as 41761.0, in the stateful phase.)
+        number = (int, float)
+        if isinstance(array, dict) and isinstance(array.get("first"), number) \
+                and isinstance(array.get("last"), number):
+            first, last = sorted((int(array["first"]), int(array["last"])))
             array["first"], array["last"] = first, min(last, first + 9)
         environment = body.get("environment")
         if isinstance(environment, dict):
