@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use corral_core::arrays::substitute_index;
 use corral_core::{SessionState, SessionType, Slots, Timestamp};
 
 use crate::sessions::{Order, Spec};
@@ -25,6 +26,37 @@ pub const NO_ARRAY: &str = "none";
 pub fn session_id(array: &str, index: u32, last: u32) -> String {
     let width = last.to_string().len();
     format!("{array}x{index:0width$}")
+}
+
+/// The index that `session` names in array `array` whose highest index is `last`: the inverse
+/// of [`session_id`], `None` for an id that `session_id` would not make (another array's, a
+/// width other than `last`'s, not a number). Whether the index is one of the array's range is
+/// the caller's to check.
+pub fn member_index(array: &str, session: &str, last: u32) -> Option<u32> {
+    let digits = session.strip_prefix(array)?.strip_prefix('x')?;
+    let width = last.to_string().len();
+    if digits.len() != width || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The spec of array `array`'s session for `index`, from what was submitted for every index:
+/// `{index}` replaced in its command, inputs and outputs, and `CORRAL_ARRAY_ID` and
+/// `CORRAL_ARRAY_INDEX` in its environment.
+pub fn member_spec(submitted: &Spec, array: &str, index: u32) -> Spec {
+    let each = |texts: &[String]| -> Vec<String> {
+        texts.iter().map(|t| substitute_index(t, index)).collect()
+    };
+    let mut environment = submitted.environment.clone();
+    environment.insert(ARRAY_ID_VARIABLE.into(), array.to_string());
+    environment.insert(ARRAY_INDEX_VARIABLE.into(), index.to_string());
+    Spec {
+        command: each(&submitted.command),
+        inputs: each(&submitted.inputs),
+        outputs: each(&submitted.outputs),
+        environment,
+    }
 }
 
 /// What `POST /sessions` answers of the array it made (`Submitted::array`).
@@ -175,6 +207,39 @@ mod tests {
         assert!(longest
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    }
+
+    #[test]
+    fn member_index_reads_back_only_what_session_id_makes() {
+        for (index, last) in [(0, 0), (7, 9999), (42, 42), (u32::MAX, u32::MAX)] {
+            let id = session_id("a1f", index, last);
+            assert_eq!(member_index("a1f", &id, last), Some(index), "{id}");
+        }
+        assert_eq!(member_index("a1f", "a1fx042", 9999), None, "width");
+        assert_eq!(member_index("a1f", "a2fx0042", 9999), None, "another array");
+        assert_eq!(member_index("a1f", "a1fx+042", 9999), None, "sign");
+        assert_eq!(member_index("a1f", "a1fy0042", 9999), None);
+        assert_eq!(member_index("a1f", "a1f", 9999), None);
+    }
+
+    #[test]
+    fn a_member_spec_has_its_index_everywhere_it_was_asked_for() {
+        let submitted = Spec {
+            command: vec!["train".into(), "--seed".into(), "{index}".into()],
+            inputs: vec!["in-{index}.csv".into()],
+            outputs: vec!["out/{index}.txt".into()],
+            environment: [("MODE".to_string(), "{index}".to_string())].into(),
+        };
+        let spec = member_spec(&submitted, "a1f", 42);
+        assert_eq!(spec.command, ["train", "--seed", "42"]);
+        assert_eq!(spec.inputs, ["in-42.csv"]);
+        assert_eq!(spec.outputs, ["out/42.txt"]);
+        assert_eq!(
+            spec.environment["MODE"], "{index}",
+            "only the documented fields"
+        );
+        assert_eq!(spec.environment[ARRAY_ID_VARIABLE], "a1f");
+        assert_eq!(spec.environment[ARRAY_INDEX_VARIABLE], "42");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use corral_core::{
     Agent, AgentState, Decisions, HeadOfLine, Session, SessionState, Slots, Snapshot, Timestamp,
 };
 
+use crate::array_tail::{read_tails, store_members, Tail, Target};
 use crate::codec::{count, name_of, to_json};
 use crate::error::{Result, StoreError};
 use crate::events::{insert_event, NewEvent};
@@ -91,12 +92,14 @@ impl Store {
             now,
             applied: Applied::default(),
         };
+        let tails = pass.store_tails(decisions).await?;
         pass.reject(decisions).await?;
         pass.launch(snapshot, decisions).await?;
         pass.update_agents(&changes).await?;
         pass.record_agent_decisions(decisions).await?;
-        pass.place(decisions).await?;
-        pass.update_waiting(snapshot, &pending, decisions).await?;
+        pass.place(decisions, &tails.placed).await?;
+        pass.update_waiting(snapshot, &pending, decisions, &tails.left)
+            .await?;
         pass.tx.commit().await?;
         Ok(pass.applied)
     }
@@ -126,6 +129,13 @@ fn check_sessions<'a>(
     Ok(pending)
 }
 
+/// What `store_tails` stored: the sessions it stored scheduled, and the arrays' tails as it
+/// left them, by array.
+struct StoredTails {
+    placed: HashSet<String>,
+    left: BTreeMap<String, Tail>,
+}
+
 /// One pass being written: its transaction and what it wrote so far.
 struct Pass<'g> {
     tx: Tx,
@@ -150,6 +160,47 @@ impl Pass<'_> {
             kind: kind.to_string(),
             message,
         }
+    }
+
+    /// The arrays' sessions without rows (`array_tail`) that this pass decides, stored first:
+    /// of each array, its tail up to the last one decided, those placed already scheduled (no
+    /// UPDATE follows), the others pending (a rejection then ends them as any session).
+    async fn store_tails(&mut self, decisions: &Decisions) -> Result<StoredTails> {
+        let mut tails: BTreeMap<String, Tail> =
+            read_tails(&mut self.tx, "group_name = $1", Some(self.group))
+                .await?
+                .into_iter()
+                .map(|t| (t.id.clone(), t))
+                .collect();
+        let mut placed = HashSet::new();
+        for tail in tails.values_mut() {
+            let index_of = |session: &str| tail.position_of(session).map(|p| tail.index_at(p));
+            let mut targets = BTreeMap::new();
+            for p in &decisions.placements {
+                if let Some(index) = index_of(&p.session.0) {
+                    let target = Target {
+                        agent: p.agent.0.clone(),
+                        allocation: p.slots.to_string(),
+                        devices: to_json(&p.devices)?,
+                    };
+                    targets.insert(index, target);
+                    placed.insert(p.session.0.clone());
+                }
+            }
+            let rejected = decisions
+                .rejections
+                .iter()
+                .filter_map(|r| index_of(&r.session.0));
+            let Some(through) = targets.keys().copied().chain(rejected).max() else {
+                continue;
+            };
+            store_members(&mut self.tx, tail, through, &targets, self.now).await?;
+            tail.next = u64::from(through) + u64::from(tail.range.step.max(1));
+        }
+        Ok(StoredTails {
+            placed,
+            left: tails,
+        })
     }
 
     /// Admission: rejected sessions end, with their reason in history and events.
@@ -280,11 +331,16 @@ impl Pass<'_> {
     /// history rows and events made from the same ids (INSERT ... SELECT), a hundred sessions a
     /// statement: a pass that places thousands of sessions costs tens of statements, not
     /// thousands, and binds each id once per statement rather than every value of every row.
-    async fn place(&mut self, decisions: &Decisions) -> Result<()> {
+    /// Those in `stored` were stored already scheduled (`store_tails`).
+    async fn place(&mut self, decisions: &Decisions, stored: &HashSet<String>) -> Result<()> {
         // Sessions given the same on the same agent share a statement (those granted devices
         // are each alone: their devices differ).
         let mut by_target: BTreeMap<(&str, String, String), Vec<&str>> = BTreeMap::new();
-        for p in &decisions.placements {
+        for p in decisions
+            .placements
+            .iter()
+            .filter(|p| !stored.contains(&p.session.0))
+        {
             by_target
                 .entry((
                     p.agent.0.as_str(),
@@ -362,15 +418,20 @@ impl Pass<'_> {
     /// Waiting sessions, grouped by what changes, one UPDATE per group of ids. Blocked passes
     /// only count where backfill reads them, and never past `skip_after`. Soft: a session that
     /// ended meanwhile is skipped.
+    /// Sessions of arrays' tails (`tails`: without rows) keep theirs on their array: that of
+    /// the tail's first one the pass read.
     async fn update_waiting(
         &mut self,
         snapshot: &Snapshot,
         pending: &HashMap<&str, &Session>,
         decisions: &Decisions,
+        tails: &BTreeMap<String, Tail>,
     ) -> Result<()> {
         let scheduler = &snapshot.group.scheduler;
         let counts_passes = scheduler.head_of_line == HeadOfLine::Backfill;
         let mut by_change: BTreeMap<(String, u32, u32), Vec<&str>> = BTreeMap::new();
+        // Per array with a tail: the first of its tail that waits, with its reason.
+        let mut tail_heads: BTreeMap<&str, (u64, String, u32)> = BTreeMap::new();
         for w in &decisions.waiting {
             let Some(session) = pending.get(w.session.0.as_str()) else {
                 continue; // Not pending in the snapshot: nothing of it to update.
@@ -382,6 +443,20 @@ impl Pass<'_> {
             } else {
                 before
             };
+            let in_tail = session.array.as_ref().and_then(|a| {
+                let tail = tails.get(&a.id)?;
+                Some((tail.id.as_str(), tail.position_of(&w.session.0)?))
+            });
+            if let Some((array, position)) = in_tail {
+                let head =
+                    tail_heads
+                        .entry(array)
+                        .or_insert((position, w.reason.to_string(), passes));
+                if position < head.0 {
+                    *head = (position, w.reason.to_string(), passes);
+                }
+                continue;
+            }
             by_change
                 .entry((w.reason.to_string(), passes, before))
                 .or_default()
@@ -406,6 +481,16 @@ impl Pass<'_> {
                 let done = q.execute(&mut *self.tx).await?;
                 self.applied.waiting += usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
             }
+        }
+        for (array, (_, reason, passes)) in &tail_heads {
+            sqlx::query(
+                "UPDATE arrays SET tail_wait_reason = $2, tail_blocked_passes = $3 WHERE id = $1",
+            )
+            .bind(*array)
+            .bind(reason.as_str())
+            .bind(count(*passes))
+            .execute(&mut *self.tx)
+            .await?;
         }
         Ok(())
     }

@@ -11,16 +11,10 @@ use corral_api::arrays::StateCounts;
 use corral_core::schedule::MAX_PENDING_PER_PASS;
 use corral_core::{ArrayRange, Session, SessionState, SessionType, Slots, Timestamp};
 
+use crate::array_tail::{read_tail, store_members, HAS_TAIL, TAIL_LEN};
 use crate::codec::{from_name, name_of, to_json, Arg, Fields, Where};
 use crate::error::{Result, StoreError};
 use crate::{Backend, Store, Tx};
-
-/// Sessions per INSERT when an array is stored: three values each (id, index, spec) beside the
-/// dozen all of them share. Few enough that binding stays cheap on SQLite, where binding n
-/// values to a statement costs n² (see `sessions::ROWS_PER_STATEMENT`); on PostgreSQL ten
-/// times as many measured no faster (the rows' indexes and the history rows' foreign key are
-/// what its time goes to).
-const ARRAY_ROWS_PER_STATEMENT: usize = 100;
 
 /// Ids per statement where a statement names sessions one by one (as cheap to bind).
 const IDS_PER_STATEMENT: usize = 300;
@@ -35,11 +29,8 @@ pub struct NewArray<'a> {
     pub session: &'a Session,
     /// What was submitted for every index (`{index}` not replaced), kept with the array.
     pub spec: &'a serde_json::Value,
-    /// Each index's session: its id and its spec as JSON text. Asked for in index order, a
-    /// statement's worth at a time, so that a million sessions never sit in memory at once.
-    pub member: &'a (dyn Fn(u32) -> (String, String) + Sync),
-    /// The wait reason of the sessions its limit keeps waiting from the start (those past the
-    /// first `max_running`), until a pass reads them; `None` leaves them without one.
+    /// The wait reason of its sessions until a pass reads them (that of a limit, `%N`);
+    /// `None` leaves them without one.
     pub waiting_reason: Option<&'a str>,
 }
 
@@ -138,15 +129,10 @@ fn placeholders(n: usize, first: usize) -> String {
 }
 
 impl Store {
-    /// Stores an array and one pending session per index of its range, each with a first
-    /// history row ("submitted"), in one transaction: all of them, or none. `NotFound` if its
-    /// group does not exist, `Conflict` if its id or a session's is taken, `Refused` if its
-    /// range is not one (`ArrayRange::validate`).
-    ///
-    /// The sessions go in by multi-row INSERTs, a hundred a statement, each row binding its
-    /// id, index and spec and naming the values all share once; their history rows in one
-    /// INSERT ... SELECT.
-    pub async fn insert_array(&self, array: &NewArray<'_>, now: Timestamp) -> Result<()> {
+    /// Stores an array: one row, its sessions pending in its tail (`array_tail`), stored each
+    /// when it is first needed. `NotFound` if its group does not exist, `Conflict` if its id
+    /// is taken, `Refused` if its range is not one (`ArrayRange::validate`).
+    pub async fn insert_array(&self, array: &NewArray<'_>) -> Result<()> {
         let range = array.range;
         range
             .validate()
@@ -156,8 +142,9 @@ impl Store {
         self.hold_group(&mut tx, &s.group).await?;
         let done = sqlx::query(
             "INSERT INTO arrays (id, group_name, owner, first_index, last_index, step, \
-             max_running, sessions, priority, request, image, session_type, spec, submitted_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
+             max_running, sessions, priority, request, image, session_type, spec, submitted_at, \
+             next_index, constraints, tail_wait_reason, tail_blocked_passes) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $4, $15, $16, 0) \
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(array.id)
@@ -174,83 +161,13 @@ impl Store {
         .bind(name_of(&s.kind))
         .bind(to_json(array.spec)?)
         .bind(s.submitted_at.0)
+        .bind(to_json(&s.constraints)?)
+        .bind(array.waiting_reason)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::conflict("array", array.id));
         }
-        // The sessions its limit keeps waiting from the start: those from this index on.
-        let waiting_from = match (range.max_running, array.waiting_reason) {
-            (Some(max), Some(_)) => Some(
-                i64::from(max)
-                    .saturating_mul(i64::from(range.step))
-                    .saturating_add(i64::from(range.first)),
-            ),
-            _ => None,
-        };
-        let request = s.request.to_string();
-        let kind = name_of(&s.kind);
-        let constraints = to_json(&s.constraints)?;
-        // $1..$12 are the same for every row; each row's own three values follow.
-        const SHARED: usize = 12;
-        let mut indices = range.indices().peekable();
-        while indices.peek().is_some() {
-            let chunk: Vec<(String, u32, String)> = indices
-                .by_ref()
-                .take(ARRAY_ROWS_PER_STATEMENT)
-                .map(|index| {
-                    let (id, spec) = (array.member)(index);
-                    (id, index, spec)
-                })
-                .collect();
-            let rows: Vec<String> = (0..chunk.len())
-                .map(|r| {
-                    let id = SHARED + 1 + 3 * r;
-                    let (index, spec) = (id + 1, id + 2);
-                    format!(
-                        "(${id}, ${index}, ${spec}, CASE WHEN ${index} >= $11 THEN $12 END, \
-                         $1, $2, $3, $4, $5, $6, 'pending', 0, $7, $8, $9, $10)"
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO sessions (id, array_index, spec, wait_reason, group_name, owner, \
-                 priority, request, image, session_type, state, blocked_passes, submitted_at, \
-                 updated_at, constraints, array_id) VALUES {} ON CONFLICT (id) DO NOTHING",
-                rows.join(", ")
-            );
-            let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(&s.group)
-                .bind(&s.owner)
-                .bind(i64::from(s.priority))
-                .bind(request.as_str())
-                .bind(s.image.as_deref())
-                .bind(kind.as_str())
-                .bind(s.submitted_at.0)
-                .bind(now.0)
-                .bind(constraints.as_str())
-                .bind(array.id)
-                .bind(waiting_from)
-                .bind(array.waiting_reason);
-            for (id, index, spec) in &chunk {
-                q = q
-                    .bind(id.as_str())
-                    .bind(i64::from(*index))
-                    .bind(spec.as_str());
-            }
-            let done = q.execute(&mut *tx).await?;
-            if done.rows_affected() != chunk.len() as u64 {
-                return Err(StoreError::conflict("session", &chunk[0].0));
-            }
-        }
-        sqlx::query(
-            "INSERT INTO session_history (session, at, state, reason) \
-             SELECT id, $2, 'pending', 'submitted' FROM sessions WHERE array_id = $1",
-        )
-        .bind(array.id)
-        .bind(now.0)
-        .execute(&mut *tx)
-        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -291,8 +208,8 @@ impl Store {
             w.and("owner = ?", [Arg::Text(owner.clone())]);
         }
         if let Some(active) = filter.active {
-            let exists = "EXISTS (SELECT 1 FROM sessions s WHERE s.array_id = arrays.id \
-                 AND s.state IN ('pending', 'scheduled', 'running'))";
+            let exists = "(next_index <= last_index OR EXISTS (SELECT 1 FROM sessions s \
+                 WHERE s.array_id = arrays.id AND s.state IN ('pending', 'scheduled', 'running')))";
             if active {
                 w.and(exists, []);
             } else {
@@ -359,6 +276,13 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?;
         let group = group.ok_or_else(|| StoreError::not_found("array", id))?;
+        // Its tail stored first (pending), so that every session it cancels has a row.
+        let for_update = self.backend == Backend::Postgres;
+        if let Some(tail) = read_tail(&mut tx, id, for_update).await? {
+            if tail.len() > 0 {
+                store_members(&mut tx, &tail, tail.last_in_tail(), &BTreeMap::new(), now).await?;
+            }
+        }
         // The agents its placed sessions hold capacity on, locked first and in id order, as a
         // pass locks agents before it places sessions: the two wait for each other, never in a
         // cycle.
@@ -488,9 +412,26 @@ async fn count_sessions_of(tx: &mut Tx, arrays: &mut [ArrayRecord]) -> Result<()
 }
 
 /// Adds up the sessions of each array of `counts` by state (from the index on array and state,
-/// not the sessions' rows).
+/// not the sessions' rows; those of its tail, without rows, are pending).
 async fn count_states(tx: &mut Tx, counts: &mut BTreeMap<String, StateCounts>) -> Result<()> {
     let ids: Vec<String> = counts.keys().cloned().collect();
+    for chunk in ids.chunks(IDS_PER_STATEMENT) {
+        let sql = format!(
+            "SELECT id, {TAIL_LEN} AS n FROM arrays WHERE id IN ({}) AND {HAS_TAIL}",
+            placeholders(chunk.len(), 1)
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for id in chunk {
+            q = q.bind(id.as_str());
+        }
+        for row in q.fetch_all(&mut **tx).await? {
+            let array: String = row.try_get("id")?;
+            let n: i64 = row.try_get("n")?;
+            if let Some(c) = counts.get_mut(&array) {
+                c.add(SessionState::Pending, u32::try_from(n).unwrap_or(u32::MAX));
+            }
+        }
+    }
     for chunk in ids.chunks(IDS_PER_STATEMENT) {
         let sql = format!(
             "SELECT array_id, state, COUNT(*) AS n FROM sessions WHERE array_id IN ({}) \
@@ -524,7 +465,8 @@ pub(crate) async fn capped_with_pending(tx: &mut Tx, group: &str) -> Result<Vec<
          (SELECT COUNT(*) FROM sessions h WHERE h.array_id = a.id \
           AND h.state IN ('scheduled', 'running')) AS holding \
          FROM arrays a WHERE a.group_name = $1 AND a.max_running IS NOT NULL \
-         AND EXISTS (SELECT 1 FROM sessions p WHERE p.array_id = a.id AND p.state = 'pending') \
+         AND (a.next_index <= a.last_index \
+              OR EXISTS (SELECT 1 FROM sessions p WHERE p.array_id = a.id AND p.state = 'pending')) \
          ORDER BY a.id",
     )
     .bind(group)

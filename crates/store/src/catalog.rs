@@ -4,6 +4,7 @@ use sqlx::any::AnyRow;
 
 use corral_core::{Image, ScalingGroup, Timestamp};
 
+use crate::array_tail::{HAS_TAIL, TAIL_LEN};
 use crate::codec::{to_json, Fields};
 use crate::error::{Result, StoreError};
 use crate::{locked, Store};
@@ -171,10 +172,12 @@ impl Store {
         .bind(name)
         .fetch_one(&mut *tx)
         .await?;
-        let sessions: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM sessions WHERE group_name = $1 \
-             AND state IN ('pending', 'scheduled', 'running')",
-        )
+        let sessions: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT CAST((SELECT COUNT(*) FROM sessions WHERE group_name = $1 \
+             AND state IN ('pending', 'scheduled', 'running')) \
+             + (SELECT COALESCE(SUM({TAIL_LEN}), 0) FROM arrays WHERE group_name = $1 \
+             AND {HAS_TAIL}) AS BIGINT)"
+        )))
         .bind(name)
         .fetch_one(&mut *tx)
         .await?;

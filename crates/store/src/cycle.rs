@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use corral_core::{DeviceGrant, InFlight, Sequencer, Session, Snapshot, Timestamp};
 
 use crate::agents::{agent_columns, agent_from_row};
+use crate::array_tail::{read_tails, Tail};
 use crate::catalog::{group_from_row, image_from_row};
 use crate::codec::Fields;
 use crate::error::{Result, StoreError};
@@ -80,30 +81,49 @@ impl Store {
             .iter()
             .map(session_from_row)
             .collect::<Result<Vec<Session>>>()?;
+        let keys = queue_order(scaling_group.scheduler.sequencer);
+        // The arrays' sessions without rows (their tails), made up from the arrays: of a
+        // capped one those its limit lets be placed, of the others as many as could be among
+        // the first MAX_PENDING_PER_PASS.
+        let mut tails: BTreeMap<String, Tail> = read_tails(&mut tx, "group_name = $1", Some(group))
+            .await?
+            .into_iter()
+            .map(|t| (t.id.clone(), t))
+            .collect();
         let mut array_holding = BTreeMap::new();
-        if !capped.is_empty() {
-            for array in &capped {
-                array_holding.insert(array.id.clone(), array.holding);
-                let left = crate::arrays::readable(array);
-                if left == 0 {
-                    continue;
-                }
-                // An array's sessions share their priority and submission time: by id is the
-                // queue's order among them (their ids sort by index), read off the index.
-                let sql = format!(
-                    "SELECT {} FROM sessions WHERE array_id = $1 AND state = 'pending' \
-                     AND batch_job IS NULL ORDER BY id LIMIT {left}",
-                    core_session_columns!()
-                );
-                let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-                    .bind(&array.id)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                for row in &rows {
-                    sessions.push(session_from_row(row)?);
-                }
+        let mut merged = false;
+        for array in &capped {
+            array_holding.insert(array.id.clone(), array.holding);
+            let mut left = crate::arrays::readable(array);
+            if left == 0 {
+                tails.remove(&array.id);
+                continue;
             }
-            let keys = queue_order(scaling_group.scheduler.sequencer);
+            // An array's sessions share their priority and submission time: by id is the
+            // queue's order among them (their ids sort by index), read off the index.
+            let sql = format!(
+                "SELECT {} FROM sessions WHERE array_id = $1 AND state = 'pending' \
+                 AND batch_job IS NULL ORDER BY id LIMIT {left}",
+                core_session_columns!()
+            );
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(&array.id)
+                .fetch_all(&mut *tx)
+                .await?;
+            for row in &rows {
+                sessions.push(session_from_row(row)?);
+            }
+            left -= rows.len();
+            if let Some(tail) = tails.remove(&array.id) {
+                let n = (left as u64).min(tail.len());
+                sessions.extend((0..n).map(|p| tail.session(tail.index_at(p))));
+            }
+            merged = true;
+        }
+        for tail in tails.values() {
+            merged |= merge_tail(&mut sessions, tail, keys);
+        }
+        if merged {
             sessions.sort_by(|a, b| by_keys(keys, a, b));
             sessions.truncate(MAX_PENDING_PER_PASS);
         }
@@ -178,6 +198,26 @@ impl Store {
             array_holding,
         })
     }
+}
+
+/// Adds to `sessions` (sorted in the queue's order `keys`) the sessions of `tail` that could be
+/// among the first `MAX_PENDING_PER_PASS` once merged: in order, until there are as many or,
+/// once `sessions` holds as many, until one would come after its last. Whether any was added.
+fn merge_tail(sessions: &mut Vec<Session>, tail: &Tail, keys: &[QueueKey]) -> bool {
+    let full = sessions.len() >= MAX_PENDING_PER_PASS;
+    let bound = full.then(|| sessions[MAX_PENDING_PER_PASS - 1].clone());
+    let mut added = false;
+    for position in 0..tail.len().min(MAX_PENDING_PER_PASS as u64) {
+        let session = tail.session(tail.index_at(position));
+        if let Some(bound) = &bound {
+            if by_keys(keys, &session, bound).is_ge() {
+                break;
+            }
+        }
+        sessions.push(session);
+        added = true;
+    }
+    added
 }
 
 /// In-flight instances as the cycle counts them: per template, how many and since when.

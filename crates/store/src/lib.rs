@@ -14,6 +14,7 @@ mod agent_images;
 mod agent_keys;
 mod agents;
 mod apply;
+mod array_tail;
 mod arrays;
 mod batch;
 mod catalog;
@@ -182,6 +183,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "device_grants",
         include_str!("../migrations/sqlite/0019_device_grants.sql"),
         include_str!("../migrations/postgres/0019_device_grants.sql"),
+    ),
+    (
+        20,
+        "array_tails",
+        include_str!("../migrations/sqlite/0020_array_tails.sql"),
+        include_str!("../migrations/postgres/0020_array_tails.sql"),
     ),
 ];
 

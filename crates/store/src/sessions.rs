@@ -1,14 +1,17 @@
 //! Sessions: what users submit, their state changes and their history.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use sqlx::any::AnyRow;
 
 use corral_core::{AgentId, ArrayMember, Session, SessionId, SessionState, Slots, Timestamp};
 
+use crate::array_tail::{store_members, tail_member, Tail, HAS_TAIL, TAIL_COLUMNS, TAIL_LEN};
 use crate::codec::{count, name_of, release, to_json, Arg, Fields, Where};
 use crate::error::{Result, StoreError};
 use crate::events::{insert_event, NewEvent};
-use crate::{locked, Store, Tx};
+use crate::{locked, Backend, Store, Tx};
 
 /// The columns `session_from_row` reads (what the cycle needs). Its array's limit is not one
 /// of them: the snapshot reads it with the group's capped arrays, `session_columns` with a
@@ -313,22 +316,39 @@ impl Store {
     /// How many sessions each group has in each state (`pending`, `running`...): what the
     /// metrics show.
     pub async fn count_sessions(&self) -> Result<Vec<(String, String, i64)>> {
+        let mut tx = self.read_tx().await?;
         let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT group_name, state, COUNT(*) FROM sessions GROUP BY group_name, state \
-             ORDER BY group_name, state",
+            "SELECT group_name, state, COUNT(*) FROM sessions GROUP BY group_name, state",
         )
-        .fetch_all(&self.read)
+        .fetch_all(&mut *tx)
         .await?;
-        Ok(rows)
+        // The arrays' sessions without rows are pending.
+        let tails: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT group_name, CAST(SUM({TAIL_LEN}) AS BIGINT) FROM arrays WHERE {HAS_TAIL} \
+             GROUP BY group_name"
+        )))
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let mut counts: BTreeMap<(String, String), i64> =
+            rows.into_iter().map(|(g, s, n)| ((g, s), n)).collect();
+        for (group, n) in tails {
+            *counts.entry((group, "pending".into())).or_default() += n;
+        }
+        Ok(counts.into_iter().map(|((g, s), n)| (g, s, n)).collect())
     }
 
     pub async fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<SessionRecord>> {
         let mut w = Where::default();
+        // The arrays whose tails (pending, without rows) the filter takes.
+        let mut tails = Where::default();
         if let Some(group) = &filter.group {
             w.and("group_name = ?", [Arg::Text(group.clone())]);
+            tails.and("group_name = ?", [Arg::Text(group.clone())]);
         }
         if let Some(owner) = &filter.owner {
             w.and("owner = ?", [Arg::Text(owner.clone())]);
+            tails.and("owner = ?", [Arg::Text(owner.clone())]);
         }
         if let Some(state) = &filter.state {
             w.and("state = ?", [Arg::Text(name_of(state))]);
@@ -342,27 +362,43 @@ impl Store {
             None => {}
         }
         match &filter.array {
-            Some(ArraySelect::Of(array)) => w.and("array_id = ?", [Arg::Text(array.clone())]),
+            Some(ArraySelect::Of(array)) => {
+                w.and("array_id = ?", [Arg::Text(array.clone())]);
+                tails.and("id = ?", [Arg::Text(array.clone())]);
+            }
             Some(ArraySelect::Outside) => w.and("array_id IS NULL", []),
             None => {}
         }
+        let takes_tails = matches!(filter.state, None | Some(SessionState::Pending))
+            && filter.agent.is_none()
+            && filter.active != Some(false)
+            && filter.array != Some(ArraySelect::Outside);
         // An array's sessions share their submission time: by id alone is the same order (by
         // index), and the index on (array_id, state, id) serves it without a sort.
         let one_array = matches!(filter.array, Some(ArraySelect::Of(_)));
-        if let Some(after) = &filter.after_id {
+        let mut tx = self.read_tx().await?;
+        let mut after = None;
+        if let Some(after_id) = &filter.after_id {
             let at: Option<i64> =
                 sqlx::query_scalar("SELECT submitted_at FROM sessions WHERE id = $1")
-                    .bind(after)
-                    .fetch_optional(&self.read)
+                    .bind(after_id)
+                    .fetch_optional(&mut *tx)
                     .await?;
-            let at = at.ok_or_else(|| StoreError::not_found("session", after))?;
+            let at = match at {
+                Some(at) => at,
+                None => tail_member(&mut tx, after_id, false)
+                    .await?
+                    .map(|(tail, _)| tail.submitted_at.0)
+                    .ok_or_else(|| StoreError::not_found("session", after_id))?,
+            };
+            after = Some((Timestamp(at), after_id.as_str()));
             if one_array {
                 let keyset = if filter.newest_first {
                     "id < ?"
                 } else {
                     "id > ?"
                 };
-                w.and(keyset, [Arg::Text(after.clone())]);
+                w.and(keyset, [Arg::Text(after_id.clone())]);
             } else {
                 let keyset = if filter.newest_first {
                     "(submitted_at < ? OR (submitted_at = ? AND id < ?))"
@@ -371,7 +407,7 @@ impl Store {
                 };
                 w.and(
                     keyset,
-                    [Arg::Int(at), Arg::Int(at), Arg::Text(after.clone())],
+                    [Arg::Int(at), Arg::Int(at), Arg::Text(after_id.clone())],
                 );
             }
         }
@@ -389,12 +425,44 @@ impl Store {
         if let Some(limit) = filter.limit {
             sql.push_str(&format!(" LIMIT {limit}"));
         }
-        w.query(sql)
-            .fetch_all(&self.read)
+        let mut records = w
+            .query(sql)
+            .fetch_all(&mut *tx)
             .await?
             .iter()
             .map(record_from_row)
-            .collect()
+            .collect::<Result<Vec<_>>>()?;
+        if takes_tails {
+            tails.and(HAS_TAIL, []);
+            let sql = format!(
+                "SELECT {TAIL_COLUMNS} FROM arrays{} ORDER BY submitted_at, id",
+                tails.sql()
+            );
+            let arrays = tails.query(sql).fetch_all(&mut *tx).await?;
+            let limit = filter.limit.map(u64::from);
+            for row in &arrays {
+                let tail = Tail::from_row(row)?;
+                for index in tail.listed(after, filter.newest_first, limit) {
+                    records.push(tail.record(index)?);
+                }
+            }
+            if !arrays.is_empty() {
+                records.sort_by(|a, b| {
+                    let (a, b) = (&a.session, &b.session);
+                    let order = a.submitted_at.cmp(&b.submitted_at).then(a.id.cmp(&b.id));
+                    if filter.newest_first {
+                        order.reverse()
+                    } else {
+                        order
+                    }
+                });
+                if let Some(limit) = filter.limit {
+                    records.truncate(limit as usize);
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(records)
     }
 
     /// Cancels a pending, scheduled or running session; see [`Store::end_session`].
@@ -692,7 +760,20 @@ async fn fetch_record(
             " FROM sessions WHERE id = $1"
         )
     };
-    let row = sqlx::query(sql).bind(id).fetch_optional(&mut **tx).await?;
+    let mut row = sqlx::query(sql).bind(id).fetch_optional(&mut **tx).await?;
+    if row.is_none() {
+        // One of an array's tail, without a row: made up to read, stored (with those before
+        // it) to change.
+        let for_update = lock && store.backend == Backend::Postgres;
+        let Some((tail, index)) = tail_member(tx, id, for_update).await? else {
+            return Ok(None);
+        };
+        if !lock {
+            return tail.record(index).map(Some);
+        }
+        store_members(tx, &tail, index, &BTreeMap::new(), tail.submitted_at).await?;
+        row = sqlx::query(sql).bind(id).fetch_optional(&mut **tx).await?;
+    }
     let Some(row) = row else {
         return Ok(None);
     };

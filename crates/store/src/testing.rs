@@ -85,3 +85,29 @@ fn with_database(admin: &str, name: &str) -> String {
         None => format!("{base}/{name}"),
     }
 }
+
+/// Stores the sessions of array `array` that have no row yet (its tail) up to index `through`
+/// (all of them: `None`), pending, as a cancel or an end of one of them would: for tests that
+/// then change them behind the store's back.
+pub async fn store_array_sessions(
+    store: &crate::Store,
+    array: &str,
+    through: Option<u32>,
+) -> Result<()> {
+    let mut tx = store.write_tx().await?;
+    if let Some(tail) = crate::array_tail::read_tail(&mut tx, array, false).await? {
+        if tail.len() > 0 {
+            let through = through.unwrap_or_else(|| tail.last_in_tail());
+            crate::array_tail::store_members(
+                &mut tx,
+                &tail,
+                through,
+                &Default::default(),
+                tail.submitted_at,
+            )
+            .await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}

@@ -14,8 +14,8 @@ use sqlx::{AnyConnection, Connection, Row};
 
 use common::*;
 
-/// Stores array `id` of `range` in `group` for `owner`, its sessions `<id>x<index>` (two
-/// digits), submitted at `at`.
+/// Stores array `id` of `range` in `group` for `owner`, submitted at `at` (its sessions
+/// `<id>x<index>`, the index padded to the width of the range's last).
 async fn insert_array(
     store: &Store,
     id: &str,
@@ -25,22 +25,15 @@ async fn insert_array(
     at: i64,
 ) {
     let template = session("template", group, owner, "cpu=1", at);
-    let member = |index: u32| {
-        (
-            format!("{id}x{index:02}"),
-            serde_json::json!({"command": ["echo", index.to_string()]}).to_string(),
-        )
-    };
     let spec = serde_json::json!({"command": ["echo", "{index}"]});
     let array = NewArray {
         id,
         range,
         session: &template,
         spec: &spec,
-        member: &member,
-        waiting_reason: Some("waits for its array's limit"),
+        waiting_reason: range.max_running.map(|_| "waits for its array's limit"),
     };
-    store.insert_array(&array, t(at)).await.unwrap();
+    store.insert_array(&array).await.unwrap();
 }
 
 fn range(first: u32, last: u32, max_running: Option<u32>) -> ArrayRange {
@@ -149,10 +142,7 @@ on_both!(an_array_is_stored_whole_and_counted, |db| {
         })
         .await
         .unwrap();
-    assert_eq!(
-        ids(&members),
-        ["a1fx03", "a1fx04", "a1fx05", "a1fx06", "a1fx07"]
-    );
+    assert_eq!(ids(&members), ["a1fx3", "a1fx4", "a1fx5", "a1fx6", "a1fx7"]);
     for (r, index) in members.iter().zip(3..) {
         assert_eq!(r.array_index, Some(index));
         assert_eq!(
@@ -167,46 +157,25 @@ on_both!(an_array_is_stored_whole_and_counted, |db| {
         assert_eq!(r.spec["command"][1], index.to_string());
         assert_eq!(r.wait_reason, None, "no limit, nothing waits for it");
     }
-    let first = s.get_session("a1fx03").await.unwrap().unwrap();
+    let first = s.get_session("a1fx3").await.unwrap().unwrap();
     assert_eq!(first.history.len(), 1);
     assert_eq!(first.history[0].reason, "submitted");
 
-    // Taken ids: nothing of the second array is stored.
+    // Its id taken, or its group missing: nothing of the second array is stored.
     let template = session("t", "g", "bob", "cpu=1", 11);
     let spec = serde_json::json!({});
-    let clash = |i: u32| {
-        (
-            if i == 1 {
-                "a1fx04".to_string()
-            } else {
-                format!("b{i}")
-            },
-            "{}".to_string(),
-        )
-    };
-    let array = NewArray {
-        id: "b",
+    let again = NewArray {
+        id: "a1f",
         range: range(0, 2, None),
         session: &template,
         spec: &spec,
-        member: &clash,
         waiting_reason: None,
     };
     assert!(matches!(
-        s.insert_array(&array, t(11)).await,
+        s.insert_array(&again).await,
         Err(corral_store::StoreError::Conflict { .. })
     ));
-    assert!(s.get_array("b").await.unwrap().is_none());
-    assert!(s.get_session("b0").await.unwrap().is_none());
-    let again = NewArray {
-        id: "a1f",
-        member: &|i| (format!("c{i}"), "{}".into()),
-        ..array
-    };
-    assert!(matches!(
-        s.insert_array(&again, t(11)).await,
-        Err(corral_store::StoreError::Conflict { .. })
-    ));
+    assert_eq!(s.get_array("a1f").await.unwrap().unwrap().sessions, 5);
     let nowhere = Session {
         group: "nope".into(),
         ..template.clone()
@@ -214,18 +183,22 @@ on_both!(an_array_is_stored_whole_and_counted, |db| {
     let lost = NewArray {
         id: "c",
         session: &nowhere,
-        member: &|i| (format!("c{i}"), "{}".into()),
-        ..array
+        ..again
     };
     assert!(matches!(
-        s.insert_array(&lost, t(11)).await,
+        s.insert_array(&lost).await,
         Err(corral_store::StoreError::NotFound { .. })
     ));
+    assert!(s.get_array("c").await.unwrap().is_none());
+    assert!(s.get_session("cx0").await.unwrap().is_none());
 
     // Counted by state; the highest exit code of those ended.
-    set_state(&db.url, "a1fx03", SessionState::Running, "a1").await;
-    set_state(&db.url, "a1fx04", SessionState::Failed, "a1").await;
-    set_state(&db.url, "a1fx05", SessionState::Succeeded, "a1").await;
+    corral_store::testing::store_array_sessions(s, "a1f", Some(5))
+        .await
+        .unwrap();
+    set_state(&db.url, "a1fx3", SessionState::Running, "a1").await;
+    set_state(&db.url, "a1fx4", SessionState::Failed, "a1").await;
+    set_state(&db.url, "a1fx5", SessionState::Succeeded, "a1").await;
     let a = s.get_array("a1f").await.unwrap().unwrap();
     assert_eq!(a.range, range(3, 7, None));
     assert_eq!(a.sessions, 5);
@@ -281,10 +254,13 @@ on_both!(
         s.insert_session(&session("s1", "g", "bob", "cpu=1", 12), &spec(), t(12))
             .await
             .unwrap();
-        set_state(&db.url, "capx00", SessionState::Running, "a1").await;
+        corral_store::testing::store_array_sessions(s, "cap", Some(0))
+            .await
+            .unwrap();
+        set_state(&db.url, "capx0", SessionState::Running, "a1").await;
         let snap = s.snapshot("g", t(20)).await.unwrap();
         let read: Vec<&str> = snap.pending().map(|x| x.id.0.as_str()).collect();
-        assert_eq!(read, ["capx01", "capx02", "freex00", "freex01", "s1"]);
+        assert_eq!(read, ["capx1", "capx2", "freex0", "freex1", "s1"]);
         assert_eq!(snap.array_holding, BTreeMap::from([("cap".to_string(), 1)]));
         let member = |id: &str| {
             snap.sessions
@@ -295,14 +271,14 @@ on_both!(
                 .clone()
         };
         assert_eq!(
-            member("capx01"),
+            member("capx1"),
             Some(ArrayMember {
                 id: "cap".into(),
                 max_running: Some(3)
             })
         );
         assert_eq!(
-            member("freex00"),
+            member("freex0"),
             Some(ArrayMember {
                 id: "free".into(),
                 max_running: None
@@ -313,7 +289,7 @@ on_both!(
         let d = cycle(&snap);
         let mut placed: Vec<&str> = d.placements.iter().map(|p| p.session.0.as_str()).collect();
         placed.sort();
-        assert_eq!(placed, ["capx01", "capx02", "freex00", "freex01", "s1"]);
+        assert_eq!(placed, ["capx1", "capx2", "freex0", "freex1", "s1"]);
         s.apply("g", &snap, &d, t(20)).await.unwrap();
         let snap = s.snapshot("g", t(21)).await.unwrap();
         assert_eq!(
@@ -322,7 +298,7 @@ on_both!(
             "the array is full: none of it is read"
         );
         assert_eq!(snap.array_holding, BTreeMap::from([("cap".to_string(), 3)]));
-        let waiting = s.get_session("capx05").await.unwrap().unwrap();
+        let waiting = s.get_session("capx5").await.unwrap().unwrap();
         assert_eq!(
             waiting.wait_reason.as_deref(),
             Some("waits for its array's limit")
@@ -330,11 +306,12 @@ on_both!(
     }
 );
 
-/// What a property case stores: arrays (each a list of member states and a limit) and
-/// ordinary sessions, and which array is cancelled.
+/// What a property case stores: arrays (each a list of member states, a limit, and how many of
+/// its sessions have rows: the others are its tail, pending) and ordinary sessions, and which
+/// array is cancelled.
 #[derive(Debug, Clone)]
 struct Case {
-    arrays: Vec<(Vec<SessionState>, Option<u32>)>,
+    arrays: Vec<(Vec<SessionState>, Option<u32>, prop::sample::Index)>,
     singles: Vec<SessionState>,
     cancel: usize,
 }
@@ -357,6 +334,7 @@ fn case() -> impl Strategy<Value = Case> {
             (
                 prop::collection::vec(state(), 1..8),
                 prop::option::of(1..4u32),
+                any::<prop::sample::Index>(),
             ),
             1..4,
         ),
@@ -380,15 +358,26 @@ async fn cancelling_changes_only_the_array(db: &common::Db, n: usize, c: Case) {
         .await
         .unwrap();
     let mut members: Vec<Vec<(String, SessionState)>> = Vec::new();
-    for (k, (states, max)) in c.arrays.iter().enumerate() {
+    for (k, (states, max, stored)) in c.arrays.iter().enumerate() {
         let id = format!("r{n}k{k}");
         let last = states.len() as u32 - 1;
         insert_array(s, &id, &g, "alice", range(0, last, *max), 10 + k as i64).await;
+        let stored = stored.index(states.len() + 1);
+        if stored > 0 {
+            corral_store::testing::store_array_sessions(s, &id, Some(stored as u32 - 1))
+                .await
+                .unwrap();
+        }
         let mut these = Vec::new();
         for (i, state) in states.iter().enumerate() {
-            let sid = format!("{id}x{i:02}");
-            set_state(&db.url, &sid, *state, &a).await;
-            these.push((sid, *state));
+            let sid = format!("{id}x{i}");
+            let state = if i < stored {
+                set_state(&db.url, &sid, *state, &a).await;
+                *state
+            } else {
+                SessionState::Pending
+            };
+            these.push((sid, state));
         }
         members.push(these);
     }

@@ -244,25 +244,27 @@ fn the_docker_provider_scales_a_group_out_and_back_to_zero() {
     assert_eq!(text(&out.stdout).trim(), "", "containers left behind");
 }
 
-/// A plugin that fails every other call (a transient error, as a flaky vendor API would give)
-/// and passes the rest to the Python example of docs/plugins.md.
-/// The driver may call the plugin concurrently (list while a launch runs), so the counter is
-/// read and written under a lock.
+/// A plugin that fails every other call of each operation, the first included (a transient
+/// error, as a flaky vendor API would give), and passes the rest to the Python example of
+/// docs/plugins.md. Counted per operation, so that launches fail whatever order the driver's
+/// calls come in. The driver may call the plugin concurrently (list while a launch runs), so
+/// the counters are read and written under a lock.
 const FLAKY_PLUGIN: &str = r#"#!/bin/sh
-count_file="$CORRAL_PLUGIN_STATE/calls"
+request=$(cat)
+op=$(printf '%s' "$request" | python3 -c 'import json, sys; print(json.load(sys.stdin)["op"])')
+count_file="$CORRAL_PLUGIN_STATE/calls.$op"
 exec 9>>"$CORRAL_PLUGIN_STATE/lock"
 flock 9
 n=$(( $(cat "$count_file" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$count_file"
-[ $((n % 2)) -eq 1 ] && echo "$n" >> "$CORRAL_PLUGIN_STATE/failed"
+[ $((n % 2)) -eq 1 ] && echo "$op $n" >> "$CORRAL_PLUGIN_STATE/failed"
 flock -u 9
 exec 9>&-
 if [ $((n % 2)) -eq 1 ]; then
-    cat > /dev/null
     echo '{"error": {"class": "transient", "message": "injected failure"}}'
     exit 0
 fi
-exec python3 "$EXAMPLE"
+printf '%s' "$request" | python3 "$EXAMPLE"
 "#;
 
 #[test]
@@ -292,16 +294,23 @@ fn an_exec_plugin_failing_half_its_calls_backs_off_and_never_exceeds_max() {
         "launch": {"max_provisioning_secs": 60, "reconcile_secs": 2,
                    "backoff_initial_secs": 1, "backoff_max_secs": 4},
     }));
+    // Half of each operation's calls failed, and launches among them.
     let failed = std::fs::read_to_string(state.path().join("failed")).unwrap_or_default();
-    let calls: usize = std::fs::read_to_string(state.path().join("calls"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        calls >= 4 && failed.lines().count() == calls.div_ceil(2),
-        "{calls} calls"
-    );
+    let calls = |op: &str| -> usize {
+        std::fs::read_to_string(state.path().join(format!("calls.{op}")))
+            .map(|n| n.trim().parse().unwrap())
+            .unwrap_or(0)
+    };
+    for op in ["templates", "launch", "list", "terminate"] {
+        let failed = failed.lines().filter(|l| l.split(' ').next() == Some(op));
+        assert_eq!(
+            failed.count(),
+            calls(op).div_ceil(2),
+            "{op}: {} calls",
+            calls(op)
+        );
+    }
+    assert!(calls("launch") >= 2, "{} launches", calls("launch"));
     // Failed launches backed the template off, and the events say so.
     let events = events(&c);
     assert!(

@@ -67,22 +67,6 @@ pub(super) async fn submit_array(
 ) -> Result<(StatusCode, Json<Submitted>)> {
     let id = new_id("a");
     let last = last_index(&range);
-    let member = |index: u32| {
-        let mut environment = spec.environment.clone();
-        environment.insert(ARRAY_ID_VARIABLE.into(), id.clone());
-        environment.insert(ARRAY_INDEX_VARIABLE.into(), index.to_string());
-        let each = |texts: &[String]| -> Vec<String> {
-            texts.iter().map(|t| substitute_index(t, index)).collect()
-        };
-        let spec = Spec {
-            command: each(&spec.command),
-            inputs: each(&spec.inputs),
-            outputs: each(&spec.outputs),
-            environment,
-        };
-        let json = serde_json::to_string(&spec).expect("a spec prints");
-        (session_id(&id, index, last), json)
-    };
     let submitted = serde_json::to_value(spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let waiting = range.max_running.map(|max| {
         format!(
@@ -94,10 +78,9 @@ pub(super) async fn submit_array(
         range,
         session: template,
         spec: &submitted,
-        member: &member,
         waiting_reason: waiting.as_deref(),
     };
-    app.store.insert_array(&array, now()).await?;
+    app.store.insert_array(&array).await?;
     app.control.wake_queue(&template.group);
     let sessions = u32::try_from(range.len()).unwrap_or(u32::MAX);
     Ok((
