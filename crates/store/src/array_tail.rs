@@ -21,11 +21,6 @@ use crate::error::{Result, StoreError};
 use crate::sessions::SessionRecord;
 use crate::Tx;
 
-/// Sessions per INSERT when a tail is stored: three values each (id, index, spec) beside those
-/// all of them share, few enough that binding stays cheap on SQLite (see
-/// `sessions::ROWS_PER_STATEMENT`).
-const ROWS_PER_STATEMENT: usize = 100;
-
 /// The columns `Tail::from_row` reads.
 pub(crate) const TAIL_COLUMNS: &str = "id, group_name, owner, first_index, last_index, step, \
      max_running, priority, request, image, session_type, constraints, submitted_at, spec, \
@@ -334,22 +329,20 @@ pub(crate) async fn store_members(
         by_target.entry(placed.get(&i)).or_default().push(i);
         index += step;
     }
-    let request = tail.request.to_string();
-    let kind = name_of(&tail.kind);
-    let constraints = to_json(&tail.constraints)?;
+    let shared = Shared {
+        request: tail.request.to_string(),
+        kind: name_of(&tail.kind),
+        constraints: to_json(&tail.constraints)?,
+        now,
+    };
     for (target, indices) in &by_target {
-        for chunk in indices.chunks(ROWS_PER_STATEMENT) {
-            insert_rows(
-                tx,
-                tail,
-                target.as_deref(),
-                chunk,
-                &request,
-                &kind,
-                &constraints,
-                now,
-            )
-            .await?;
+        let (runs, singles) = runs_of(indices, tail.range.step.max(1));
+        for (first, last) in runs {
+            let source = Indices::Run { first, last };
+            insert_rows(tx, tail, target.as_deref(), source, &shared).await?;
+        }
+        for chunk in singles.chunks(INDICES_PER_LIST) {
+            insert_rows(tx, tail, target.as_deref(), Indices::List(chunk), &shared).await?;
         }
     }
     // Their history, oldest first: every one submitted, then those placed scheduled.
@@ -400,39 +393,91 @@ pub(crate) async fn store_members(
     Ok(())
 }
 
-/// One multi-row INSERT of the tail's sessions for `indices`, pending or (with a target)
-/// scheduled at `now`.
-#[allow(clippy::too_many_arguments)]
+/// What every row of a tail's INSERTs shares beside the tail's own fields.
+struct Shared {
+    request: String,
+    kind: String,
+    constraints: String,
+    now: Timestamp,
+}
+
+/// Which indices one INSERT stores: a run on the tail's steps, or a list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Indices<'a> {
+    Run { first: u32, last: u32 },
+    List(&'a [u32]),
+}
+
+/// Runs shorter than this go into lists rather than statements of their own.
+const SHORTEST_RUN: usize = 8;
+
+/// Indices per listed statement: one bound value each, few enough that binding stays cheap on
+/// SQLite (see `sessions::ROWS_PER_STATEMENT`).
+const INDICES_PER_LIST: usize = 300;
+
+/// `indices` (ascending, on steps of `step`) as runs of consecutive steps, (first, last),
+/// and the indices of runs too short to be worth a statement.
+fn runs_of(indices: &[u32], step: u32) -> (Vec<(u32, u32)>, Vec<u32>) {
+    let (mut runs, mut singles) = (Vec::new(), Vec::new());
+    let mut start = 0;
+    for k in 1..=indices.len() {
+        let continues = k < indices.len()
+            && u64::from(indices[k]) == u64::from(indices[k - 1]) + u64::from(step);
+        if continues {
+            continue;
+        }
+        let run = &indices[start..k];
+        if run.len() >= SHORTEST_RUN {
+            runs.push((run[0], run[run.len() - 1]));
+        } else {
+            singles.extend_from_slice(run);
+        }
+        start = k;
+    }
+    (runs, singles)
+}
+
+/// One INSERT ... SELECT of the tail's sessions for `indices`, pending or (with a target)
+/// scheduled: each row made in SQL from its index (its id the array's, `x`, the index padded
+/// as `session_id` pads it), so that a run of thousands binds a few values. Their spec is
+/// stored as `null`: the array's, with the index put in, when read (`record_from_row`).
 async fn insert_rows(
     tx: &mut Tx,
     tail: &Tail,
     target: Option<&Target>,
-    indices: &[u32],
-    request: &str,
-    kind: &str,
-    constraints: &str,
-    now: Timestamp,
+    indices: Indices<'_>,
+    shared: &Shared,
 ) -> Result<()> {
-    // $1..$SHARED are the same for every row; each row's own three values follow.
-    const SHARED: usize = 16;
-    let rows: Vec<String> = (0..indices.len())
-        .map(|r| {
-            let id = SHARED + 1 + 3 * r;
-            let (index, spec) = (id + 1, id + 2);
+    // $1..$18 are the rows' shared values; the indices' from $19.
+    let (source, expected) = match indices {
+        Indices::Run { first, last } => (
+            "SELECT CAST($19 AS BIGINT) UNION ALL SELECT i + $20 FROM idx WHERE i + $20 <= $21"
+                .to_string(),
+            (u64::from(last) - u64::from(first)) / u64::from(tail.range.step.max(1)) + 1,
+        ),
+        Indices::List(list) => (
             format!(
-                "(${id}, ${index}, ${spec}, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-                 $13, $14, $15, $16)"
-            )
-        })
-        .collect();
+                "VALUES {}",
+                (0..list.len())
+                    .map(|k| format!("(CAST(${} AS BIGINT))", 19 + k))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            list.len() as u64,
+        ),
+    };
     let sql = format!(
-        "INSERT INTO sessions (id, array_index, spec, group_name, owner, priority, request, \
+        "WITH RECURSIVE idx(i) AS ({source}) \
+         INSERT INTO sessions (id, array_index, spec, group_name, owner, priority, request, \
          image, session_type, submitted_at, constraints, array_id, state, agent, allocation, \
-         devices, updated_at, wait_reason, blocked_passes) VALUES {} ON CONFLICT (id) DO NOTHING",
-        rows.join(", ")
+         devices, updated_at, wait_reason, blocked_passes) \
+         SELECT $9 || 'x' || substr($17 || i, CAST(length($17 || i) - $18 + 1 AS INTEGER)), \
+         i, 'null', \
+         $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 \
+         FROM idx WHERE true ON CONFLICT (id) DO NOTHING"
     );
     let (state, updated_at) = match target {
-        Some(_) => ("scheduled", now),
+        Some(_) => ("scheduled", shared.now),
         None => ("pending", tail.submitted_at),
     };
     let wait_reason = target
@@ -444,15 +489,16 @@ async fn insert_rows(
     } else {
         0
     };
+    let width = tail.last.to_string().len();
     let mut q = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(&tail.group)
         .bind(&tail.owner)
         .bind(i64::from(tail.priority))
-        .bind(request)
+        .bind(shared.request.as_str())
         .bind(tail.image.as_deref())
-        .bind(kind)
+        .bind(shared.kind.as_str())
         .bind(tail.submitted_at.0)
-        .bind(constraints)
+        .bind(shared.constraints.as_str())
         .bind(&tail.id)
         .bind(state)
         .bind(target.map(|t| t.agent.as_str()))
@@ -460,18 +506,22 @@ async fn insert_rows(
         .bind(target.map_or("[]", |t| t.devices.as_str()))
         .bind(updated_at.0)
         .bind(wait_reason)
-        .bind(count(blocked));
-    for &index in indices {
-        let spec = serde_json::to_string(&member_spec(&tail.spec, &tail.id, index))
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        q = q
-            .bind(tail.session_id(index))
-            .bind(i64::from(index))
-            .bind(spec);
-    }
+        .bind(count(blocked))
+        .bind("0".repeat(width))
+        .bind(width as i64);
+    q = match indices {
+        Indices::Run { first, last } => q
+            .bind(i64::from(first))
+            .bind(i64::from(tail.range.step.max(1)))
+            .bind(i64::from(last)),
+        Indices::List(list) => list.iter().fold(q, |q, &i| q.bind(i64::from(i))),
+    };
     let done = q.execute(&mut **tx).await?;
-    if done.rows_affected() != indices.len() as u64 {
-        return Err(StoreError::conflict("session", tail.session_id(indices[0])));
+    if done.rows_affected() != expected {
+        return Err(StoreError::conflict(
+            "session",
+            tail.session_id(tail.index_at(0)),
+        ));
     }
     Ok(())
 }
@@ -520,6 +570,18 @@ mod tests {
         assert_eq!(tail(0, 20, 5, 25).len(), 0);
         // The last index in steps, not the range's last, sets the width.
         assert_eq!(tail(0, 22, 5, 0).session_id(5), "a1x05");
+    }
+
+    #[test]
+    fn indices_split_into_runs_on_their_steps_and_the_short_ones_left() {
+        let mut indices: Vec<u32> = (0..20).map(|i| i * 3).collect(); // 0, 3, ..., 57
+        indices.extend([61, 64, 67]); // a run too short
+        indices.extend((0..10).map(|i| 100 + i * 3));
+        let (runs, singles) = runs_of(&indices, 3);
+        assert_eq!(runs, [(0, 57), (100, 127)]);
+        assert_eq!(singles, [61, 64, 67]);
+        assert_eq!(runs_of(&[], 1), (vec![], vec![]));
+        assert_eq!(runs_of(&[u32::MAX], 1), (vec![], vec![u32::MAX]));
     }
 
     #[test]

@@ -7,6 +7,8 @@ use sqlx::any::AnyRow;
 
 use corral_core::{AgentId, ArrayMember, Session, SessionId, SessionState, Slots, Timestamp};
 
+use corral_api::arrays::member_spec;
+
 use crate::array_tail::{store_members, tail_member, Tail, HAS_TAIL, TAIL_COLUMNS, TAIL_LEN};
 use crate::codec::{count, name_of, release, to_json, Arg, Fields, Where};
 use crate::error::{Result, StoreError};
@@ -32,7 +34,9 @@ macro_rules! session_columns {
             ", allocation, updated_at, wait_reason, end_reason, spec, exit_code, started_at, \
              last_activity, batch_job, array_index, \
              (SELECT max_running FROM arrays WHERE arrays.id = sessions.array_id) \
-             AS array_max_running"
+             AS array_max_running, \
+             CASE WHEN sessions.spec = 'null' THEN (SELECT a.spec FROM arrays a \
+             WHERE a.id = sessions.array_id) END AS array_spec"
         )
     };
 }
@@ -128,9 +132,18 @@ pub(crate) fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
     if let Some(array) = &mut session.array {
         array.max_running = f.opt_u32("array_max_running")?;
     }
+    let mut spec: serde_json::Value = f.json("spec")?;
+    let array_index = f.opt_u32("array_index")?;
+    // A session of an array stored from its tail keeps no spec of its own: the array's, with
+    // its index put in.
+    if let (true, Some(array), Some(index)) = (spec.is_null(), &session.array, array_index) {
+        let submitted: corral_api::sessions::Spec = f.json("array_spec")?;
+        spec = serde_json::to_value(member_spec(&submitted, &array.id, index))
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    }
     Ok(SessionRecord {
         session,
-        spec: f.json("spec")?,
+        spec,
         allocation: f.opt_slots("allocation")?,
         wait_reason: f.opt_text("wait_reason")?,
         end_reason: f.opt_text("end_reason")?,
@@ -142,7 +155,7 @@ pub(crate) fn record_from_row(row: &AnyRow) -> Result<SessionRecord> {
         last_activity: f.opt_time("last_activity")?,
         updated_at: f.time("updated_at")?,
         batch_job: f.opt_text("batch_job")?,
-        array_index: f.opt_u32("array_index")?,
+        array_index,
         history: Vec::new(),
     })
 }
@@ -433,33 +446,7 @@ impl Store {
             .map(record_from_row)
             .collect::<Result<Vec<_>>>()?;
         if takes_tails {
-            tails.and(HAS_TAIL, []);
-            let sql = format!(
-                "SELECT {TAIL_COLUMNS} FROM arrays{} ORDER BY submitted_at, id",
-                tails.sql()
-            );
-            let arrays = tails.query(sql).fetch_all(&mut *tx).await?;
-            let limit = filter.limit.map(u64::from);
-            for row in &arrays {
-                let tail = Tail::from_row(row)?;
-                for index in tail.listed(after, filter.newest_first, limit) {
-                    records.push(tail.record(index)?);
-                }
-            }
-            if !arrays.is_empty() {
-                records.sort_by(|a, b| {
-                    let (a, b) = (&a.session, &b.session);
-                    let order = a.submitted_at.cmp(&b.submitted_at).then(a.id.cmp(&b.id));
-                    if filter.newest_first {
-                        order.reverse()
-                    } else {
-                        order
-                    }
-                });
-                if let Some(limit) = filter.limit {
-                    records.truncate(limit as usize);
-                }
-            }
+            add_tails(&mut tx, tails, filter, after, &mut records).await?;
         }
         tx.commit().await?;
         Ok(records)
@@ -692,6 +679,46 @@ impl Store {
         .await?;
         Ok(())
     }
+}
+
+/// Adds to `records` (a listing by `filter`, keyset position `after`) the sessions of the
+/// tails of the arrays `tails` selects that come in its first `limit`, in its order.
+async fn add_tails(
+    tx: &mut Tx,
+    mut tails: Where,
+    filter: &SessionFilter,
+    after: Option<(Timestamp, &str)>,
+    records: &mut Vec<SessionRecord>,
+) -> Result<()> {
+    tails.and(HAS_TAIL, []);
+    let sql = format!(
+        "SELECT {TAIL_COLUMNS} FROM arrays{} ORDER BY submitted_at, id",
+        tails.sql()
+    );
+    let arrays = tails.query(sql).fetch_all(&mut **tx).await?;
+    if arrays.is_empty() {
+        return Ok(());
+    }
+    let limit = filter.limit.map(u64::from);
+    for row in &arrays {
+        let tail = Tail::from_row(row)?;
+        for index in tail.listed(after, filter.newest_first, limit) {
+            records.push(tail.record(index)?);
+        }
+    }
+    records.sort_by(|a, b| {
+        let (a, b) = (&a.session, &b.session);
+        let order = a.submitted_at.cmp(&b.submitted_at).then(a.id.cmp(&b.id));
+        if filter.newest_first {
+            order.reverse()
+        } else {
+            order
+        }
+    });
+    if let Some(limit) = filter.limit {
+        records.truncate(limit as usize);
+    }
+    Ok(())
 }
 
 fn is_end(state: SessionState) -> bool {
