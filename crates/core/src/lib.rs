@@ -22,6 +22,7 @@ pub mod paths;
 pub mod plan;
 pub mod planner;
 pub mod policy;
+pub mod rng;
 pub mod schedule;
 pub mod slots;
 pub mod snapshot;

@@ -1,6 +1,6 @@
 //! A seeded synthetic workload: the trace `corral bench sim` and the replay benchmark time.
 
-use corral_core::workload::Rng;
+use corral_core::rng::Rng;
 use corral_core::{Quantity, SlotName, Slots};
 
 use crate::trace::{Trace, TraceJob};

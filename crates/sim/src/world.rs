@@ -89,7 +89,7 @@ pub(crate) struct World<'a> {
     /// every agent whose allocation changes or that leaves, so that the next pass remakes only
     /// those, and of every session placed or ended.
     carry: Carry,
-    rng: corral_core::workload::Rng,
+    rng: corral_core::rng::Rng,
     pub running: usize,
     pub arrived: usize,
     pub started: usize,
@@ -140,7 +140,7 @@ impl<'a> World<'a> {
             device_kinds: grants::listed_kinds(&[], &config.templates, true),
             governor: Governor::default(),
             carry: Carry::default(),
-            rng: corral_core::workload::Rng::new(config.provisioning.seed),
+            rng: corral_core::rng::Rng::new(config.provisioning.seed),
             running: 0,
             arrived: 0,
             started: 0,
