@@ -38,13 +38,15 @@ use corral_core::Slots;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use crate::local::{self, checked, KillGroupOnDrop};
 use crate::{
     ConfigError, Context, ErrorClass, Instance, InstanceState, LaunchRequest, Provider,
     ProviderError, TemplateOffer,
 };
+
+mod pipes;
+use pipes::{Captured, Fed, Pipes};
 
 /// The protocol version sent in every request.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -273,13 +275,6 @@ struct Output {
     stderr: Captured,
 }
 
-#[derive(Debug, Default)]
-struct Captured {
-    bytes: Vec<u8>,
-    /// More was written than kept.
-    truncated: bool,
-}
-
 impl ExecProvider {
     fn plugin(&self) -> String {
         self.options.command.display().to_string()
@@ -437,120 +432,6 @@ impl ExecProvider {
             }
         }
     }
-}
-
-/// A task aborted when dropped: nothing of a call outlives it.
-struct Task<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for Task<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// How the request went into the plugin's standard input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fed {
-    /// All of it.
-    Whole,
-    /// The plugin closed its end (EPIPE) after `written` bytes.
-    Closed { written: usize },
-    /// Writing failed otherwise.
-    Failed,
-}
-
-/// The plugin's standard streams, each served by a task so that none blocks the others.
-struct Pipes {
-    stdin: Task<Fed>,
-    stdout: Task<Captured>,
-    stderr: Task<Captured>,
-}
-
-impl Pipes {
-    fn take(child: &mut tokio::process::Child, input: Vec<u8>) -> Option<Pipes> {
-        let (mut stdin, stdout, stderr) = (
-            child.stdin.take()?,
-            child.stdout.take()?,
-            child.stderr.take()?,
-        );
-        Some(Pipes {
-            stdin: Task(tokio::spawn(async move {
-                // A plugin may exit without reading all of it (EPIPE; SIGPIPE is ignored, as
-                // in every daemon): its answer, if it gave one, counts.
-                let mut written = 0;
-                while written < input.len() {
-                    match stdin.write(&input[written..]).await {
-                        Ok(0) => return Fed::Closed { written },
-                        Ok(n) => written += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                            return Fed::Closed { written }
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => return Fed::Failed,
-                    }
-                }
-                Fed::Whole
-            })),
-            stdout: Task(tokio::spawn(read_capped(stdout, STDOUT_LIMIT, false))),
-            stderr: Task(tokio::spawn(read_capped(stderr, STDERR_KEEP, true))),
-        })
-    }
-
-    async fn stdout(&mut self) -> Option<Captured> {
-        closed(&mut self.stdout).await
-    }
-
-    /// How the request was written; `None` if the writing still blocks after [`PIPE_GRACE`]
-    /// (a process the plugin started holds its standard input without reading).
-    async fn fed(&mut self) -> Option<Fed> {
-        tokio::time::timeout(PIPE_GRACE, &mut self.stdin.0)
-            .await
-            .ok()?
-            .ok()
-    }
-
-    async fn stderr(&mut self) -> Option<Captured> {
-        closed(&mut self.stderr).await
-    }
-}
-
-/// What a stream held once closed; `None` if it is still open after [`PIPE_GRACE`].
-async fn closed(task: &mut Task<Captured>) -> Option<Captured> {
-    tokio::time::timeout(PIPE_GRACE, &mut task.0)
-        .await
-        .ok()?
-        .ok()
-}
-
-/// Reads `reader` to its end, keeping at most `keep` bytes: the first ones, or with `tail` the
-/// last ones. A read error ends the reading (what was read counts).
-async fn read_capped<R: AsyncRead + Unpin>(mut reader: R, keep: usize, tail: bool) -> Captured {
-    let mut captured = Captured::default();
-    let mut chunk = vec![0u8; 64 << 10];
-    loop {
-        let n = match reader.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if tail {
-            captured.bytes.extend_from_slice(&chunk[..n]);
-            if captured.bytes.len() > 2 * keep {
-                let cut = captured.bytes.len() - keep;
-                captured.bytes.drain(..cut);
-                captured.truncated = true;
-            }
-        } else {
-            let room = keep.saturating_sub(captured.bytes.len());
-            captured.bytes.extend_from_slice(&chunk[..n.min(room)]);
-            captured.truncated |= n > room;
-        }
-    }
-    if tail && captured.bytes.len() > keep {
-        let cut = captured.bytes.len() - keep;
-        captured.bytes.drain(..cut);
-        captured.truncated = true;
-    }
-    captured
 }
 
 /// The response of a plugin that ran: its error object as the error it names, or the one JSON
@@ -865,92 +746,4 @@ pub fn fuzz_plugin_answer(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::process::ExitStatusExt;
-
-    fn output(code: i32, stdout: &str, stderr: &str) -> Output {
-        Output {
-            status: ExitStatus::from_raw(code << 8),
-            stdout: Captured {
-                bytes: stdout.into(),
-                truncated: false,
-            },
-            stderr: Captured {
-                bytes: stderr.into(),
-                truncated: false,
-            },
-        }
-    }
-
-    #[test]
-    fn one_json_object_and_nothing_else() {
-        assert!(single_json_object(b" {\"a\":1}\n").is_ok());
-        for (bad, why) in [
-            (&b""[..], "no response"),
-            (b"  \n", "no response"),
-            (b"hello", "not JSON"),
-            (b"{\"a\":1} {\"b\":2}", "extra output"),
-            (b"{\"a\":1}\nDone.", "extra output"),
-            (b"[1]", "not a JSON object"),
-        ] {
-            let e = single_json_object(bad).unwrap_err();
-            assert!(e.contains(why), "{bad:?}: {e}");
-        }
-    }
-
-    #[test]
-    fn error_objects_keep_their_class_whatever_the_exit_status() {
-        let e = interpret(
-            "p",
-            "launch",
-            &output(
-                1,
-                r#"{"error":{"class":"capacity","message":"no room"}}"#,
-                "",
-            ),
-        )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Capacity);
-        assert!(e.message.contains("no room"), "{e}");
-        let e = interpret(
-            "p",
-            "list",
-            &output(0, r#"{"error":{"class":"bad","message":"x"}}"#, ""),
-        )
-        .unwrap_err();
-        assert_eq!(e.class, ErrorClass::Transient);
-        assert!(e.message.contains("invalid error object"), "{e}");
-    }
-
-    #[test]
-    fn a_failed_exit_quotes_the_status_and_the_end_of_stderr() {
-        let stderr: String = (1..=20).map(|i| format!("line {i}\n")).collect();
-        let e = interpret("p", "list", &output(3, "", &stderr)).unwrap_err();
-        assert_eq!(e.class, ErrorClass::Transient);
-        assert!(e.message.contains("exit status: 3"), "{e}");
-        assert!(
-            e.message.contains("line 20") && !e.message.contains("line 2 |"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn excerpts_are_short() {
-        let long = "x".repeat(1000);
-        assert!(excerpt(long.as_bytes()).chars().count() < EXCERPT_CHARS + 5);
-    }
-
-    #[test]
-    fn secrets_do_not_show_in_debug_output() {
-        let options: Options = serde_json::from_value(serde_json::json!({
-            "command": "/bin/true", "secret_env": {"API_KEY": "s3cret"}
-        }))
-        .unwrap();
-        let shown = format!("{options:?}");
-        assert!(
-            shown.contains("API_KEY") && !shown.contains("s3cret"),
-            "{shown}"
-        );
-    }
-}
+mod tests;
