@@ -59,6 +59,8 @@ where
     Ok(())
 }
 
+/// One case: a manager on `database_url` (none: SQLite) whose store the bench fills and lets
+/// settle, then each page timed; `label` ends each line's name.
 async fn case(
     label: &str,
     database_url: Option<String>,
@@ -69,6 +71,20 @@ async fn case(
     let manager = InProcess::start(database_url).await?;
     let group = manager.group.clone();
     let client = Arc::new(Client::new(&manager.base, &manager.token, None)?);
+    create_group(&client, &group, agents).await?;
+    let setup = Instant::now();
+    register_agents(&client, &group, agents).await?;
+    submit_sessions(&client, &group, sessions).await?;
+    wait_settled(&client, &group).await?;
+    eprintln!(
+        "# ui{label}: {agents} agents and {sessions} sessions stored and placed in {:.1} s",
+        setup.elapsed().as_secs_f64()
+    );
+    time_pages(&manager, &client, label, runs).await
+}
+
+/// The bench's group: fixed at `agents` nodes of two templates.
+async fn create_group(client: &Client, group: &str, agents: usize) -> Result<()> {
     client
         .post::<Value, _>(
             &["groups"],
@@ -82,8 +98,12 @@ async fn case(
             })),
         )
         .await?;
-    let setup = Instant::now();
-    let (c, g) = (client.clone(), group.clone());
+    Ok(())
+}
+
+/// Registers `agents` agents by hand, one in four of the large template.
+async fn register_agents(client: &Arc<Client>, group: &str, agents: usize) -> Result<()> {
+    let (c, g) = (client.clone(), group.to_string());
     each(agents, move |i| {
         let (c, g) = (c.clone(), g.clone());
         async move {
@@ -99,9 +119,13 @@ async fn case(
             Ok(())
         }
     })
-    .await?;
+    .await
+}
+
+/// Submits `sessions` alike sessions of one CPU.
+async fn submit_sessions(client: &Arc<Client>, group: &str, sessions: usize) -> Result<()> {
     let session = Arc::new(NewSession {
-        group: group.clone(),
+        group: group.to_string(),
         kind: SessionType::Batch,
         command: vec!["true".into()],
         request: "cpu=1,mem=1GiB".parse()?,
@@ -115,30 +139,35 @@ async fn case(
             Ok(())
         }
     })
-    .await?;
-    // Settled: the pass placed what fits and told the rest of the queue's head why it waits.
+    .await
+}
+
+/// Waits until settled: the pass placed what fits and told the rest of the queue's head why it
+/// waits.
+async fn wait_settled(client: &Client, group: &str) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let pending: Vec<Value> = client
             .get(
-                &["groups", &group, "pending"],
+                &["groups", group, "pending"],
                 &[] as &[(&str, Option<String>)],
             )
             .await?
             .body()?;
         if pending.iter().all(|s| s["wait_reason"].is_string()) {
-            break;
+            return Ok(());
         }
         if Instant::now() > deadline {
             bail!("the queue's head still had no wait reason 5 minutes after the submits");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    eprintln!(
-        "# ui{label}: {agents} agents and {sessions} sessions stored and placed in {:.1} s",
-        setup.elapsed().as_secs_f64()
-    );
+}
 
+/// Fetches the group's page, the overview and the newest session's page `runs` times each as a
+/// logged-in admin's browser would; prints each page's median.
+async fn time_pages(manager: &InProcess, client: &Client, label: &str, runs: usize) -> Result<()> {
+    let group = &manager.group;
     let http = reqwest::Client::new();
     let cookie = format!("corral_ui={}", manager.token);
     let newest: Vec<Value> = client

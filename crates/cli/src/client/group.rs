@@ -198,6 +198,7 @@ pub enum Command {
     },
 }
 
+/// Runs one `corral group` subcommand.
 pub async fn run(api: &Api, command: Command) -> Result<()> {
     match command {
         Command::Ls { out } => {
@@ -217,48 +218,15 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             settings,
             file,
             out,
-        } => {
-            let body = create_body(&name, &settings, file.as_deref())?;
-            let reply = api.post(&["groups"], Some(&body)).await?;
-            if !render::json(out.output, &reply) {
-                print_group(&parse(&reply)?);
-            }
-        }
+        } => create(api, &name, &settings, file, out).await?,
         Command::SetPolicy {
             name,
             settings,
             file,
             out,
-        } => {
-            let patch = policy_patch(&name, &settings, file.as_deref())?;
-            let reply = api.patch(&["groups", &name], &patch).await?;
-            if !render::json(out.output, &reply) {
-                print_group(&parse(&reply)?);
-            }
-        }
-        Command::Templates { name, file, out } => {
-            let reply = match file {
-                Some(path) => {
-                    let body = templates_body(read_json(&path)?)
-                        .with_context(|| format!("{}: not a list of templates", path.display()))?;
-                    api.put(&["groups", &name, "templates"], &body).await?
-                }
-                None => api.get(&["groups", &name, "templates"], &[]).await?,
-            };
-            if !render::json(out.output, &reply) {
-                print_templates(&parse::<Vec<_>>(&reply)?);
-            }
-        }
-        Command::Delete { name, out } => {
-            let reply = api.delete(&["groups", &name]).await?;
-            if !render::json_or(
-                out.output,
-                &reply,
-                || json!({"deleted": "group", "name": name}),
-            ) {
-                println!("deleted group {name}");
-            }
-        }
+        } => set_policy(api, &name, &settings, file, out).await?,
+        Command::Templates { name, file, out } => templates(api, &name, file, out).await?,
+        Command::Delete { name, out } => delete(api, &name, out).await?,
         Command::Pending { name, out } => {
             let reply = api.get(&["groups", &name, "pending"], &[]).await?;
             if !render::json(out.output, &reply) {
@@ -273,10 +241,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             out,
         } => {
             let query = [("since", Some(since)), ("until", until), ("step", step)];
-            let reply = api.get(&["groups", &name, "history"], &query).await?;
-            if !render::json(out.output, &reply) {
-                print_history(&parse(&reply)?);
-            }
+            history(api, &name, &query, out).await?
         }
         Command::Shares { name, out } => {
             let reply = api.get(&["groups", &name, "shares"], &[]).await?;
@@ -289,19 +254,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             request,
             image,
             out,
-        } => {
-            let body = json!({
-                "request": request.slots,
-                "image": image,
-                "constraints": request.constraints,
-            });
-            let reply = api
-                .post(&["groups", &name, "required"], Some(&body))
-                .await?;
-            if !render::json(out.output, &reply) {
-                print_required(&parse(&reply)?);
-            }
-        }
+        } => required(api, &name, request, image, out).await?,
         Command::Plan { name, out } => {
             let reply = api.get(&["groups", &name, "plan"], &[]).await?;
             if !render::json(out.output, &reply) {
@@ -315,47 +268,159 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             options,
             launch,
             out,
-        } => {
-            let changes =
-                file.is_some() || provider.is_some() || !options.is_empty() || !launch.is_empty();
-            let reply = if changes {
-                let current = api.get(&["groups", &name, "provider"], &[]).await?;
-                let body =
-                    provider_body(&current.value, file.as_deref(), provider, &options, &launch)?;
-                api.put(&["groups", &name, "provider"], &body).await?
-            } else {
-                api.get(&["groups", &name, "provider"], &[]).await?
-            };
-            if !render::json(out.output, &reply) {
-                print_provider(&reply.value);
-            }
-        }
-        Command::Instances { name, all, out } => {
-            let query = [("all", all.then(|| "true".to_string()))];
-            let reply = api.get(&["groups", &name, "instances"], &query).await?;
-            if !render::json(out.output, &reply) {
-                print_instances(&parse(&reply)?);
-            }
-        }
+        } => change_or_show_provider(api, &name, file, provider, &options, &launch, out).await?,
+        Command::Instances { name, all, out } => instances(api, &name, all, out).await?,
         Command::BootstrapToken {
             name,
             ttl_secs,
             out,
-        } => {
-            let body = serde_json::json!({"ttl_secs": ttl_secs});
-            let reply = api
-                .post(&["groups", &name, "bootstrap-tokens"], Some(&body))
-                .await?;
-            if !render::json(out.output, &reply) {
-                println!("{}", reply.value["token"].as_str().unwrap_or_default());
-                eprintln!(
-                    "works once, until {}",
-                    render::time(reply.value["expires_at"].as_i64().unwrap_or_default())
-                );
-            }
-        }
+        } => bootstrap_token(api, &name, ttl_secs, out).await?,
         Command::Key { command } => keys::run(api, command).await?,
         Command::Registry { command } => registries::run(api, command).await?,
+    }
+    Ok(())
+}
+
+/// `group create`: the group made from `--file` and the flags (which win), then shown.
+async fn create(
+    api: &Api,
+    name: &str,
+    settings: &Settings,
+    file: Option<PathBuf>,
+    out: Out,
+) -> Result<()> {
+    let body = create_body(name, settings, file.as_deref())?;
+    let reply = api.post(&["groups"], Some(&body)).await?;
+    if !render::json(out.output, &reply) {
+        print_group(&parse(&reply)?);
+    }
+    Ok(())
+}
+
+/// `group set-policy`: only what `--file` and the flags give, sent as a merge patch; the group
+/// then shown.
+async fn set_policy(
+    api: &Api,
+    name: &str,
+    settings: &Settings,
+    file: Option<PathBuf>,
+    out: Out,
+) -> Result<()> {
+    let patch = policy_patch(name, settings, file.as_deref())?;
+    let reply = api.patch(&["groups", name], &patch).await?;
+    if !render::json(out.output, &reply) {
+        print_group(&parse(&reply)?);
+    }
+    Ok(())
+}
+
+/// `group templates`: the group's templates, replaced first by those of `--file` if given.
+async fn templates(api: &Api, name: &str, file: Option<PathBuf>, out: Out) -> Result<()> {
+    let reply = match file {
+        Some(path) => {
+            let body = templates_body(read_json(&path)?)
+                .with_context(|| format!("{}: not a list of templates", path.display()))?;
+            api.put(&["groups", name, "templates"], &body).await?
+        }
+        None => api.get(&["groups", name, "templates"], &[]).await?,
+    };
+    if !render::json(out.output, &reply) {
+        print_templates(&parse::<Vec<_>>(&reply)?);
+    }
+    Ok(())
+}
+
+/// `group delete`: one line, or as JSON what was deleted (the manager answers no content).
+async fn delete(api: &Api, name: &str, out: Out) -> Result<()> {
+    let reply = api.delete(&["groups", name]).await?;
+    if !render::json_or(
+        out.output,
+        &reply,
+        || json!({"deleted": "group", "name": name}),
+    ) {
+        println!("deleted group {name}");
+    }
+    Ok(())
+}
+
+/// `group history`: the window `query` names, as sparklines.
+async fn history(api: &Api, name: &str, query: &[(&str, Option<String>)], out: Out) -> Result<()> {
+    let reply = api.get(&["groups", name, "history"], query).await?;
+    if !render::json(out.output, &reply) {
+        print_history(&parse(&reply)?);
+    }
+    Ok(())
+}
+
+/// `group required`: what the request (with the image's minimums) takes on the group, and
+/// whether it could ever run there.
+async fn required(
+    api: &Api,
+    name: &str,
+    request: corral_core::devices::Request,
+    image: Option<String>,
+    out: Out,
+) -> Result<()> {
+    let body = json!({
+        "request": request.slots,
+        "image": image,
+        "constraints": request.constraints,
+    });
+    let reply = api.post(&["groups", name, "required"], Some(&body)).await?;
+    if !render::json(out.output, &reply) {
+        print_required(&parse(&reply)?);
+    }
+    Ok(())
+}
+
+/// `group provider`: the group's provider, changed first when a flag asks (`--file` replaces
+/// it; `--provider`, `--option` and `--launch` change fields of the current one).
+async fn change_or_show_provider(
+    api: &Api,
+    group: &str,
+    file: Option<PathBuf>,
+    provider: Option<String>,
+    options: &[String],
+    launch: &[String],
+    out: Out,
+) -> Result<()> {
+    let changes = file.is_some() || provider.is_some() || !options.is_empty() || !launch.is_empty();
+    let reply = if changes {
+        let current = api.get(&["groups", group, "provider"], &[]).await?;
+        let body = provider_body(&current.value, file.as_deref(), provider, options, launch)?;
+        api.put(&["groups", group, "provider"], &body).await?
+    } else {
+        api.get(&["groups", group, "provider"], &[]).await?
+    };
+    if !render::json(out.output, &reply) {
+        print_provider(&reply.value);
+    }
+    Ok(())
+}
+
+/// `group instances`: the provider's (with --all, the terminated and failed too), then the
+/// templates held back.
+async fn instances(api: &Api, name: &str, all: bool, out: Out) -> Result<()> {
+    let query = [("all", all.then(|| "true".to_string()))];
+    let reply = api.get(&["groups", name, "instances"], &query).await?;
+    if !render::json(out.output, &reply) {
+        print_instances(&parse(&reply)?);
+    }
+    Ok(())
+}
+
+/// `group bootstrap-token`: the token alone on stdout (for scripts), when it expires on stderr.
+async fn bootstrap_token(api: &Api, name: &str, ttl_secs: u64, out: Out) -> Result<()> {
+    let body = serde_json::json!({"ttl_secs": ttl_secs});
+    let reply = api
+        .post(&["groups", name, "bootstrap-tokens"], Some(&body))
+        .await?;
+    if !render::json(out.output, &reply) {
+        println!("{}", reply.value["token"].as_str().unwrap_or_default());
+        eprintln!(
+            "works once, until {}",
+            render::time(reply.value["expires_at"].as_i64().unwrap_or_default())
+        );
     }
     Ok(())
 }
