@@ -138,11 +138,49 @@ pub fn router(app: App) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/health", get(health))
         .route("/api/v1/openapi.json", get(openapi_json))
+        .merge(token_routes())
+        .merge(group_routes())
+        .merge(batch_routes())
+        .merge(group_state_routes())
+        .route(
+            "/api/v1/groups/{name}/bootstrap-tokens",
+            post(tokens::new_bootstrap_token),
+        )
+        .merge(image_routes())
+        .merge(session_routes())
+        .merge(array_routes())
+        .merge(agent_routes())
+        .route("/api/v1/events", get(events::list_events))
+        .merge(crate::agents::routes())
+        .merge(crate::external::routes())
+        .merge(crate::agent_builds::routes())
+        .merge(crate::registry_logins::routes())
+        .merge(crate::ui::routes())
+        .route_layer(axum::middleware::from_fn_with_state(app.clone(), timed))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such endpoint; see /api/v1/openapi.json",
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(app)
+}
+
+/// People's tokens (`tokens.rs`).
+fn token_routes() -> Router<App> {
+    Router::new()
         .route(
             "/api/v1/tokens",
             get(tokens::list_tokens).post(tokens::new_token),
         )
         .route("/api/v1/tokens/{id}", delete(tokens::revoke_token))
+}
+
+/// Groups and their settings, policy, templates, provider and instances (`groups.rs`).
+fn group_routes() -> Router<App> {
+    Router::new()
         .route(
             "/api/v1/groups",
             get(groups::list_groups).post(groups::create_group),
@@ -167,6 +205,11 @@ pub fn router(app: App) -> Router {
             "/api/v1/groups/{name}/instances",
             get(groups::list_instances),
         )
+}
+
+/// A group's batch system: binding, jobs, their files, nodes, configuration (`batch.rs`).
+fn batch_routes() -> Router<App> {
+    Router::new()
         .route(
             "/api/v1/groups/{name}/batch",
             get(batch::get_binding)
@@ -210,6 +253,12 @@ pub fn router(app: App) -> Router {
             "/api/v1/groups/{name}/batch/config",
             get(batch::get_config).patch(batch::patch_config),
         )
+}
+
+/// A group's state, read and never written: queue, history, shares, required slots, the plan
+/// (`group_state.rs`, `history.rs`).
+fn group_state_routes() -> Router<App> {
+    Router::new()
         .route("/api/v1/groups/{name}/pending", get(group_state::pending))
         .route("/api/v1/groups/{name}/history", get(history::history))
         .route("/api/v1/groups/{name}/shares", get(group_state::shares))
@@ -218,10 +267,11 @@ pub fn router(app: App) -> Router {
             post(group_state::required),
         )
         .route("/api/v1/groups/{name}/plan", get(group_state::dry_run))
-        .route(
-            "/api/v1/groups/{name}/bootstrap-tokens",
-            post(tokens::new_bootstrap_token),
-        )
+}
+
+/// Registered images (`images.rs`).
+fn image_routes() -> Router<App> {
+    Router::new()
         .route("/api/v1/images", get(images::list_images))
         .route(
             "/api/v1/images/{name}",
@@ -229,15 +279,30 @@ pub fn router(app: App) -> Router {
                 .put(images::put_image)
                 .delete(images::delete_image),
         )
+}
+
+/// Sessions: submit, list, get, cancel (`sessions.rs`).
+fn session_routes() -> Router<App> {
+    Router::new()
         .route(
             "/api/v1/sessions",
             get(sessions::list_sessions).post(sessions::submit),
         )
         .route("/api/v1/sessions/{id}", get(sessions::get_session))
         .route("/api/v1/sessions/{id}/cancel", post(sessions::cancel))
+}
+
+/// Session arrays: listed, read, cancelled (`arrays.rs`).
+fn array_routes() -> Router<App> {
+    Router::new()
         .route("/api/v1/arrays", get(arrays::list_arrays))
         .route("/api/v1/arrays/{id}", get(arrays::get_array))
         .route("/api/v1/arrays/{id}/cancel", post(arrays::cancel_array))
+}
+
+/// Agents as people see and manage them (`agent_registry.rs`).
+fn agent_routes() -> Router<App> {
+    Router::new()
         .route(
             "/api/v1/agents",
             get(agent_registry::list_agents).post(agent_registry::register_agent),
@@ -248,22 +313,6 @@ pub fn router(app: App) -> Router {
         )
         .route("/api/v1/agents/{id}/drain", post(agent_registry::drain))
         .route("/api/v1/agents/{id}/unmark", post(agent_registry::unmark))
-        .route("/api/v1/events", get(events::list_events))
-        .merge(crate::agents::routes())
-        .merge(crate::external::routes())
-        .merge(crate::agent_builds::routes())
-        .merge(crate::registry_logins::routes())
-        .merge(crate::ui::routes())
-        .route_layer(axum::middleware::from_fn_with_state(app.clone(), timed))
-        .fallback(|| async {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such endpoint; see /api/v1/openapi.json",
-            )
-        })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(app)
 }
 
 // ---------------------------------------------------------------- shared by the resources

@@ -9,7 +9,7 @@ use corral_core::grants;
 use corral_core::schedule::{by_keys, queue_order, MAX_PENDING_PER_PASS};
 use corral_core::{
     Agent, AgentId, AgentState, Carry, Decisions, DeviceGrant, Governor, HeadOfLine, InFlight,
-    Sequencer, Session, SessionId, SessionState, SlotName, Slots, Snapshot, Timestamp,
+    Placement, Sequencer, Session, SessionId, SessionState, SlotName, Slots, Snapshot, Timestamp,
 };
 
 use crate::clock::{Clock, Event};
@@ -436,80 +436,15 @@ impl<'a> World<'a> {
     /// agent that takes nothing) is an engine error, never applied.
     fn apply(&mut self, d: &mut Decisions, clock: &mut Clock) -> Result<(), SimError> {
         let now = self.snapshot.now;
-        let (reject_at, place_at) = if d.rejections.is_empty() && d.placements.is_empty() {
-            (Vec::new(), Vec::new())
-        } else {
-            // Each session's place in the pass, by its trace index (what its id names): written
-            // for the sessions of this pass, and checked against the job kept there on reading.
-            let jobs = &self.snapshot_jobs;
-            for (i, &j) in jobs.iter().enumerate() {
-                self.place_of_job[j] = i;
-            }
-            let places = &self.place_of_job;
-            let position = |id: &SessionId| {
-                let j = job_of(id);
-                let at = places.get(j).copied();
-                (at.filter(|&i| jobs.get(i) == Some(&j))).ok_or_else(|| unknown(id))
-            };
-            let reject_at: Vec<usize> =
-                (d.rejections.iter().map(|r| position(&r.session))).collect::<Result<_, _>>()?;
-            let place_at: Vec<usize> =
-                (d.placements.iter().map(|p| position(&p.session))).collect::<Result<_, _>>()?;
-            (reject_at, place_at)
-        };
+        let (reject_at, place_at) = self.places_of_decided(d)?;
         let mut decided: Vec<(usize, Option<String>)> = Vec::new();
         for (r, at) in d.rejections.iter().zip(reject_at) {
             decided.push((at, Some(r.reason.to_string())));
         }
         self.launch(d, clock);
-        for u in &d.unmarks {
-            let agent = self.agent_mut(&u.agent)?;
-            agent.state = AgentState::Alive;
-            if agent.is_idle() {
-                agent.idle_since = Some(now);
-                self.wake_after_idle_wait(node_of(&u.agent), clock);
-            }
-        }
+        self.unmark(d, clock)?;
         for (p, at) in d.placements.iter_mut().zip(place_at) {
-            self.carry.changed(&p.agent);
-            self.carry
-                .placed(&self.snapshot.sessions[at].owner, &p.slots);
-            let agent = self.agent_mut(&p.agent)?;
-            let added = agent.allocated.try_add(&p.slots).is_ok();
-            match added {
-                true if agent.state == AgentState::Alive
-                    && agent.allocated.fits_in(&agent.capacity) =>
-                {
-                    agent.idle_since = None;
-                    grants::hold(&mut agent.devices, &p.devices);
-                    if let Some(d) = grants::overfull(&agent.devices) {
-                        return Err(SimError::Engine(format!(
-                            "placing session {} on agent {} fills device {} beyond its share \
-                             ({} of {}) or memory",
-                            p.session, p.agent, d.id, d.allocated, d.share
-                        )));
-                    }
-                }
-                _ => {
-                    if added {
-                        // Reported as it was before.
-                        agent.allocated.try_sub(&p.slots).ok();
-                    }
-                    return Err(SimError::Engine(format!(
-                        "placing session {} on agent {} ({:?}, {} allocated of {}) with {}",
-                        p.session, p.agent, agent.state, agent.allocated, agent.capacity, p.slots
-                    )));
-                }
-            }
-            let j = job_of(&p.session);
-            let record = &mut self.sessions[j];
-            record.started = Some(now);
-            record.node = Some(node_of(&p.agent));
-            record.slots = std::mem::take(&mut p.slots);
-            record.devices = std::mem::take(&mut p.devices);
-            clock.at(now.plus_secs(self.jobs[j].duration_secs), Event::Finish(j));
-            self.running += 1;
-            self.started += 1;
+            self.place(p, at, clock)?;
             decided.push((at, None));
         }
         for m in &d.marks {
@@ -520,6 +455,104 @@ impl<'a> World<'a> {
             // and an agent let go may make room under max_nodes (its driver wakes the group).
             clock.at(now, Event::Wake);
         }
+        self.terminate(d)?;
+        self.count_blocked_passes(d);
+        self.settle(decided);
+        if let Some(at) = d.recheck_at {
+            clock.at(at.max(now), Event::Wake);
+        }
+        Ok(())
+    }
+
+    /// Where the rejected and the placed sessions are in the snapshot, in the decisions' order.
+    fn places_of_decided(&mut self, d: &Decisions) -> Result<(Vec<usize>, Vec<usize>), SimError> {
+        if d.rejections.is_empty() && d.placements.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        // Each session's place in the pass, by its trace index (what its id names): written
+        // for the sessions of this pass, and checked against the job kept there on reading.
+        let jobs = &self.snapshot_jobs;
+        for (i, &j) in jobs.iter().enumerate() {
+            self.place_of_job[j] = i;
+        }
+        let places = &self.place_of_job;
+        let position = |id: &SessionId| {
+            let j = job_of(id);
+            let at = places.get(j).copied();
+            (at.filter(|&i| jobs.get(i) == Some(&j))).ok_or_else(|| unknown(id))
+        };
+        let reject_at: Vec<usize> =
+            (d.rejections.iter().map(|r| position(&r.session))).collect::<Result<_, _>>()?;
+        let place_at: Vec<usize> =
+            (d.placements.iter().map(|p| position(&p.session))).collect::<Result<_, _>>()?;
+        Ok((reject_at, place_at))
+    }
+
+    /// The unmarks: the agents take sessions again, and an idle one's idle wait starts anew.
+    fn unmark(&mut self, d: &Decisions, clock: &mut Clock) -> Result<(), SimError> {
+        let now = self.snapshot.now;
+        for u in &d.unmarks {
+            let agent = self.agent_mut(&u.agent)?;
+            agent.state = AgentState::Alive;
+            if agent.is_idle() {
+                agent.idle_since = Some(now);
+                self.wake_after_idle_wait(node_of(&u.agent), clock);
+            }
+        }
+        Ok(())
+    }
+
+    /// One placement, of the session at `at` in the snapshot: its agent takes its shares and
+    /// devices (within its capacity, else an engine error), its record moves to its node with
+    /// them, and its end is due after its duration.
+    fn place(&mut self, p: &mut Placement, at: usize, clock: &mut Clock) -> Result<(), SimError> {
+        let now = self.snapshot.now;
+        self.carry.changed(&p.agent);
+        self.carry
+            .placed(&self.snapshot.sessions[at].owner, &p.slots);
+        let agent = self.agent_mut(&p.agent)?;
+        let added = agent.allocated.try_add(&p.slots).is_ok();
+        match added {
+            true if agent.state == AgentState::Alive
+                && agent.allocated.fits_in(&agent.capacity) =>
+            {
+                agent.idle_since = None;
+                grants::hold(&mut agent.devices, &p.devices);
+                if let Some(d) = grants::overfull(&agent.devices) {
+                    return Err(SimError::Engine(format!(
+                        "placing session {} on agent {} fills device {} beyond its share \
+                         ({} of {}) or memory",
+                        p.session, p.agent, d.id, d.allocated, d.share
+                    )));
+                }
+            }
+            _ => {
+                if added {
+                    // Reported as it was before.
+                    agent.allocated.try_sub(&p.slots).ok();
+                }
+                return Err(SimError::Engine(format!(
+                    "placing session {} on agent {} ({:?}, {} allocated of {}) with {}",
+                    p.session, p.agent, agent.state, agent.allocated, agent.capacity, p.slots
+                )));
+            }
+        }
+        let j = job_of(&p.session);
+        let record = &mut self.sessions[j];
+        record.started = Some(now);
+        record.node = Some(node_of(&p.agent));
+        record.slots = std::mem::take(&mut p.slots);
+        record.devices = std::mem::take(&mut p.devices);
+        clock.at(now.plus_secs(self.jobs[j].duration_secs), Event::Finish(j));
+        self.running += 1;
+        self.started += 1;
+        Ok(())
+    }
+
+    /// The terminations: each agent leaves (an error if it still holds anything), its node's
+    /// life ends now.
+    fn terminate(&mut self, d: &Decisions) -> Result<(), SimError> {
+        let now = self.snapshot.now;
         for t in &d.terminations {
             let at = self.position(&t.agent).ok_or_else(|| {
                 SimError::Engine(format!("terminating agent {}, which is gone", t.agent))
@@ -535,7 +568,12 @@ impl<'a> World<'a> {
             self.nodes[node_of(&agent.id)].terminated = Some(now);
             self.terminated += 1;
         }
-        self.count_blocked_passes(d);
+        Ok(())
+    }
+
+    /// The decided sessions of the snapshot, by their place (`at`): rejected with the reason
+    /// given, or else running on the node their record names.
+    fn settle(&mut self, decided: Vec<(usize, Option<String>)>) {
         for (at, rejected) in decided {
             let session = &mut self.snapshot.sessions[at];
             let j = self.snapshot_jobs[at];
@@ -551,10 +589,6 @@ impl<'a> World<'a> {
                 }
             }
         }
-        if let Some(at) = d.recheck_at {
-            clock.at(at.max(now), Event::Wake);
-        }
-        Ok(())
     }
 
     /// The launches: each instance joins after the provisioning delay, or is refused by the

@@ -4,10 +4,13 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use corral_api::history::HistoryQuery;
-use corral_core::{AgentState, SessionState};
-use corral_store::{ArrayFilter, ArraySelect, InstancePhase, SessionFilter};
-use maud::html;
+use corral_api::history::{GroupHistory, HistoryQuery};
+use corral_core::{Agent, AgentState, ScalingGroup, SessionState};
+use corral_store::{
+    ArrayFilter, ArrayRecord, ArraySelect, InstancePhase, InstanceRecord, SessionFilter,
+    SessionRecord,
+};
+use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::layout::{self, session_link, slot_bars};
@@ -103,6 +106,28 @@ pub async fn page(
     let history = crate::api::group_history(&app, &name, &window).await?;
 
     let body = html! {
+        (summary(&group))
+        (capacity(&totals))
+        (timeline(&group.name, &window, &history))
+        (agents_section(&group.name, &agents, shown_agents))
+        @if !arrays.is_empty() {
+            (arrays_section(&arrays))
+        }
+        (pending_section(&pending, queued, viewer.is_admin()))
+        (on_agents_section(&on_agents))
+        @if viewer.is_admin() {
+            (instances_section(&instances))
+        }
+    };
+    Ok(html(
+        StatusCode::OK,
+        layout::page(&format!("Group {name}"), Some(&viewer), body),
+    ))
+}
+
+/// The title and the group's settings in a line.
+fn summary(group: &ScalingGroup) -> Markup {
+    html! {
         h1 { "Group " (group.name) }
         p.summary {
             (layout::word(&group.policy.kind)) " policy, "
@@ -111,10 +136,22 @@ pub async fn page(
             (layout::word(&group.scheduler.placement)) " placement; "
             (group.templates.len()) " template(s)"
         }
+    }
+}
+
+/// Capacity per slot, summed over the group's agents, and how much of it is allocated.
+fn capacity(totals: &Totals) -> Markup {
+    html! {
         section #capacity {
             h2 { "Capacity" }
             (slot_bars(&totals.allocated, &totals.capacity))
         }
+    }
+}
+
+/// The timeline over the window, with the form and links that choose it.
+fn timeline(group: &str, window: &HistoryQuery, history: &GroupHistory) -> Markup {
+    html! {
         section #history {
             h2 { "Timeline" }
             form.window method="get" {
@@ -122,11 +159,17 @@ pub async fn page(
                 input #since name="since" value=(window.since.as_deref().unwrap_or("6h")) size="5";
                 button type="submit" { "Show" }
                 @for window in ["15m", "1h", "6h", "24h", "7d"] {
-                    " " a href=(format!("/ui/groups/{}?since={window}", group.name)) { (window) }
+                    " " a href=(format!("/ui/groups/{group}?since={window}")) { (window) }
                 }
             }
-            (super::timeline::svg(&history))
+            (super::timeline::svg(history))
         }
+    }
+}
+
+/// The agents not terminated, the first `shown` of them in rows, with their allocation.
+fn agents_section(group: &str, agents: &[Agent], shown: usize) -> Markup {
+    html! {
         section {
             h2 { "Agents (" (agents.len()) ")" }
             @if agents.is_empty() {
@@ -135,7 +178,7 @@ pub async fn page(
                 table #agents {
                     thead { tr { th { "Agent" } th { "State" } th { "Template" } th { "Allocated" } } }
                     tbody {
-                        @for a in &agents[..shown_agents] {
+                        @for a in &agents[..shown] {
                             tr.agent data-agent=(a.id.0) {
                                 td { (a.id.0) @if a.external { " " span.tag { "external" } } }
                                 td.state { (layout::state(&a.state.to_string())) }
@@ -145,27 +188,37 @@ pub async fn page(
                         }
                     }
                 }
-                @if shown_agents < agents.len() {
-                    p { (agents.len() - shown_agents) " more: "
-                        a href=(format!("/ui/groups/{}?all=true", group.name)) { "show all" } }
+                @if shown < agents.len() {
+                    p { (agents.len() - shown) " more: "
+                        a href=(format!("/ui/groups/{group}?all=true")) { "show all" } }
                 }
             }
         }
-        @if !arrays.is_empty() {
-            section {
-                h2 { "Arrays" }
-                table #arrays {
-                    thead { tr { th { "Array" } th { "Group" } th { "Owner" } th { "Sessions" }
-                                 th { "Request" } th { "Submitted" } } }
-                    tbody {
-                        @for a in &arrays { (super::overview::array_row(a)) }
-                    }
+    }
+}
+
+/// The group's arrays not yet ended, one row each.
+fn arrays_section(arrays: &[ArrayRecord]) -> Markup {
+    html! {
+        section {
+            h2 { "Arrays" }
+            table #arrays {
+                thead { tr { th { "Array" } th { "Group" } th { "Owner" } th { "Sessions" }
+                             th { "Request" } th { "Submitted" } } }
+                tbody {
+                    @for a in arrays { (super::overview::array_row(a)) }
                 }
             }
         }
+    }
+}
+
+/// The pending sessions shown, with why each waits; `queued` counts the whole queue.
+fn pending_section(pending: &[SessionRecord], queued: i64, admin: bool) -> Markup {
+    html! {
         section {
             h2 { "Pending (" (queued) " in the queue)" }
-            @if !viewer.is_admin() { p.note { "Your sessions only." } }
+            @if !admin { p.note { "Your sessions only." } }
             @if pending.is_empty() {
                 p.empty { "Nothing waits." }
             } @else {
@@ -173,7 +226,7 @@ pub async fn page(
                     thead { tr { th { "Session" } th { "Owner" } th { "Request" }
                                  th { "Submitted" } th { "Why it waits" } } }
                     tbody {
-                        @for r in &pending {
+                        @for r in pending {
                             tr.session data-session=(r.session.id.0) {
                                 td { (session_link(&r.session.id.0)) }
                                 td { (r.session.owner) }
@@ -186,6 +239,12 @@ pub async fn page(
                 }
             }
         }
+    }
+}
+
+/// Sessions scheduled or running on the group's agents.
+fn on_agents_section(on_agents: &[SessionRecord]) -> Markup {
+    html! {
         section {
             h2 { "On agents" }
             @if on_agents.is_empty() {
@@ -195,7 +254,7 @@ pub async fn page(
                     thead { tr { th { "Session" } th { "Owner" } th { "State" } th { "Agent" }
                                  th { "Holds" } } }
                     tbody {
-                        @for r in &on_agents {
+                        @for r in on_agents {
                             tr.session data-session=(r.session.id.0) {
                                 td { (session_link(&r.session.id.0)) }
                                 td { (r.session.owner) }
@@ -208,33 +267,33 @@ pub async fn page(
                 }
             }
         }
-        @if viewer.is_admin() {
-            section {
-                h2 { "Instances on their way" }
-                @if instances.is_empty() {
-                    p.empty { "None." }
-                } @else {
-                    table #instances {
-                        thead { tr { th { "Agent id" } th { "Template" } th { "Phase" }
-                                     th { "Vendor id" } th { "Requested" } } }
-                        tbody {
-                            @for i in &instances {
-                                tr.instance {
-                                    td { (i.id) }
-                                    td { (i.template) }
-                                    td { (layout::state(&layout::word(&i.phase))) }
-                                    td { (i.provider_id.as_deref().unwrap_or("-")) }
-                                    td { (layout::time(i.requested_at)) }
-                                }
+    }
+}
+
+/// Instances requested, launching or provisioning (admins only).
+fn instances_section(instances: &[InstanceRecord]) -> Markup {
+    html! {
+        section {
+            h2 { "Instances on their way" }
+            @if instances.is_empty() {
+                p.empty { "None." }
+            } @else {
+                table #instances {
+                    thead { tr { th { "Agent id" } th { "Template" } th { "Phase" }
+                                 th { "Vendor id" } th { "Requested" } } }
+                    tbody {
+                        @for i in instances {
+                            tr.instance {
+                                td { (i.id) }
+                                td { (i.template) }
+                                td { (layout::state(&layout::word(&i.phase))) }
+                                td { (i.provider_id.as_deref().unwrap_or("-")) }
+                                td { (layout::time(i.requested_at)) }
                             }
                         }
                     }
                 }
             }
         }
-    };
-    Ok(html(
-        StatusCode::OK,
-        layout::page(&format!("Group {name}"), Some(&viewer), body),
-    ))
+    }
 }

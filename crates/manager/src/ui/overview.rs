@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use axum::http::StatusCode;
 use corral_api::arrays::StateCounts;
-use corral_core::{Agent, AgentState, Slots};
-use corral_store::{ArrayFilter, ArrayRecord, ArraySelect, SessionFilter, SessionRecord};
+use corral_core::{Agent, AgentState, ScalingGroup, Slots};
+use corral_store::{
+    ArrayFilter, ArrayRecord, ArraySelect, SessionFilter, SessionRecord, StoreError,
+};
 use maud::{html, Markup};
 
 use super::layout::{self, session_link, slot_bars};
@@ -120,57 +122,87 @@ pub async fn page(
     let agents = app.store.list_agents(None).await?;
     let counts = app.store.count_sessions().await?;
     let owner = (!viewer.is_admin()).then(|| viewer.user.clone());
-    let recent: Vec<Recent> = match &q.array {
-        Some(array) => app
-            .store
-            .list_sessions(&SessionFilter {
-                owner: owner.clone(),
-                limit: Some(ARRAY_ROWS),
-                array: Some(ArraySelect::Of(array.clone())),
-                ..Default::default()
-            })
-            .await?
-            .into_iter()
-            .map(|s| Recent::Session(Box::new(s)))
-            .collect(),
-        None => {
-            let sessions = app
-                .store
-                .list_sessions(&SessionFilter {
-                    owner: owner.clone(),
-                    limit: Some(RECENT),
-                    newest_first: true,
-                    array: Some(ArraySelect::Outside),
-                    ..Default::default()
-                })
-                .await?;
-            let arrays = app
-                .store
-                .list_arrays(&ArrayFilter {
-                    owner: owner.clone(),
-                    limit: Some(RECENT),
-                    newest_first: true,
-                    ..Default::default()
-                })
-                .await?;
-            let mut rows: Vec<Recent> = sessions
-                .into_iter()
-                .map(|s| Recent::Session(Box::new(s)))
-                .collect();
-            rows.extend(arrays.into_iter().map(|a| Recent::Array(Box::new(a))));
-            // Newest first; stable, so sessions keep the store's order among themselves.
-            rows.sort_by_key(|r| {
-                std::cmp::Reverse(match r {
-                    Recent::Session(s) => s.session.submitted_at,
-                    Recent::Array(a) => a.submitted_at,
-                })
-            });
-            rows.truncate(RECENT as usize);
-            rows
-        }
+    let recent = match &q.array {
+        Some(array) => array_sessions(&app, owner, array).await?,
+        None => newest(&app, owner).await?,
     };
+    let body = html! {
+        (groups_section(&groups, &agents, &counts))
+        (recent_section(q.array.as_deref(), viewer.is_admin(), &recent))
+    };
+    Ok(html(
+        StatusCode::OK,
+        layout::page("Overview", Some(&viewer), body),
+    ))
+}
+
+/// The sessions of one array (`owner`'s only, if given), in the store's order.
+async fn array_sessions(
+    app: &App,
+    owner: Option<String>,
+    array: &str,
+) -> Result<Vec<Recent>, StoreError> {
+    Ok(app
+        .store
+        .list_sessions(&SessionFilter {
+            owner,
+            limit: Some(ARRAY_ROWS),
+            array: Some(ArraySelect::Of(array.to_string())),
+            ..Default::default()
+        })
+        .await?
+        .into_iter()
+        .map(|s| Recent::Session(Box::new(s)))
+        .collect())
+}
+
+/// The newest sessions of no array and the newest arrays (`owner`'s only, if given), newest
+/// first, at most [`RECENT`] in all.
+async fn newest(app: &App, owner: Option<String>) -> Result<Vec<Recent>, StoreError> {
+    let sessions = app
+        .store
+        .list_sessions(&SessionFilter {
+            owner: owner.clone(),
+            limit: Some(RECENT),
+            newest_first: true,
+            array: Some(ArraySelect::Outside),
+            ..Default::default()
+        })
+        .await?;
+    let arrays = app
+        .store
+        .list_arrays(&ArrayFilter {
+            owner,
+            limit: Some(RECENT),
+            newest_first: true,
+            ..Default::default()
+        })
+        .await?;
+    let mut rows: Vec<Recent> = sessions
+        .into_iter()
+        .map(|s| Recent::Session(Box::new(s)))
+        .collect();
+    rows.extend(arrays.into_iter().map(|a| Recent::Array(Box::new(a))));
+    // Newest first; stable, so sessions keep the store's order among themselves.
+    rows.sort_by_key(|r| {
+        std::cmp::Reverse(match r {
+            Recent::Session(s) => s.session.submitted_at,
+            Recent::Array(a) => a.submitted_at,
+        })
+    });
+    rows.truncate(RECENT as usize);
+    Ok(rows)
+}
+
+/// Every group with its agents by state, its sessions pending and running (`counts`: per group
+/// and state, as the store counts them) and its capacity used.
+fn groups_section(
+    groups: &[ScalingGroup],
+    agents: &[Agent],
+    counts: &[(String, String, i64)],
+) -> Markup {
     let mut by_group: BTreeMap<&str, Vec<&Agent>> = BTreeMap::new();
-    for a in &agents {
+    for a in agents {
         by_group.entry(a.group.as_str()).or_default().push(a);
     }
     let count = |group: &str, states: &[&str]| -> i64 {
@@ -180,7 +212,7 @@ pub async fn page(
             .map(|(_, _, n)| n)
             .sum()
     };
-    let body = html! {
+    html! {
         h1 { "Scaling groups" }
         @if groups.is_empty() {
             p.empty { "No group yet: " code { "corral group create NAME" } }
@@ -191,7 +223,7 @@ pub async fn page(
                     th { "Running" } th { "Capacity used" }
                 } }
                 tbody {
-                    @for g in &groups {
+                    @for g in groups {
                         @let totals = Totals::of(by_group.get(g.name.as_str()).into_iter().flatten().copied());
                         tr.group data-group=(g.name) {
                             td { a href=(format!("/ui/groups/{}", g.name)) { (g.name) } }
@@ -212,11 +244,17 @@ pub async fn page(
                 }
             }
         }
-        @if let Some(array) = &q.array {
+    }
+}
+
+/// The newest sessions, or those of one array (`array`), a session or an array a row.
+fn recent_section(array: Option<&str>, admin: bool, recent: &[Recent]) -> Markup {
+    html! {
+        @if let Some(array) = array {
             h2 { "Sessions of array " (array) }
             p { a href="/ui" { "All sessions" } }
         } @else {
-            h2 { @if viewer.is_admin() { "Newest sessions" } @else { "Your newest sessions" } }
+            h2 { @if admin { "Newest sessions" } @else { "Your newest sessions" } }
         }
         @if recent.is_empty() {
             p.empty { "No session yet." }
@@ -225,7 +263,7 @@ pub async fn page(
                 thead { tr { th { "Session" } th { "Group" } th { "Owner" } th { "State" }
                              th { "Request" } th { "Submitted" } } }
                 tbody {
-                    @for r in &recent {
+                    @for r in recent {
                         @match r {
                             Recent::Session(s) => (session_row(s)),
                             Recent::Array(a) => (array_row(a)),
@@ -234,9 +272,5 @@ pub async fn page(
                 }
             }
         }
-    };
-    Ok(html(
-        StatusCode::OK,
-        layout::page("Overview", Some(&viewer), body),
-    ))
+    }
 }
