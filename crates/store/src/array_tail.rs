@@ -16,9 +16,10 @@ use corral_core::{
     Slots, Timestamp,
 };
 
+use crate::codec::Where;
 use crate::codec::{count, name_of, to_json, Fields};
 use crate::error::{Result, StoreError};
-use crate::sessions::SessionRecord;
+use crate::sessions::{SessionFilter, SessionRecord};
 use crate::Tx;
 
 /// The columns `Tail::from_row` reads.
@@ -290,6 +291,46 @@ pub(crate) async fn read_tails(
         .iter()
         .map(Tail::from_row)
         .collect()
+}
+
+/// Adds to `records` (a listing by `filter`, keyset position `after`) the sessions of the
+/// tails of the arrays `tails` selects that come in its first `limit`, in its order.
+pub(crate) async fn add_listed(
+    tx: &mut Tx,
+    mut tails: Where,
+    filter: &SessionFilter,
+    after: Option<(Timestamp, &str)>,
+    records: &mut Vec<SessionRecord>,
+) -> Result<()> {
+    tails.and(HAS_TAIL, []);
+    let sql = format!(
+        "SELECT {TAIL_COLUMNS} FROM arrays{} ORDER BY submitted_at, id",
+        tails.sql()
+    );
+    let arrays = tails.query(sql).fetch_all(&mut **tx).await?;
+    if arrays.is_empty() {
+        return Ok(());
+    }
+    let limit = filter.limit.map(u64::from);
+    for row in &arrays {
+        let tail = Tail::from_row(row)?;
+        for index in tail.listed(after, filter.newest_first, limit) {
+            records.push(tail.record(index)?);
+        }
+    }
+    records.sort_by(|a, b| {
+        let (a, b) = (&a.session, &b.session);
+        let order = a.submitted_at.cmp(&b.submitted_at).then(a.id.cmp(&b.id));
+        if filter.newest_first {
+            order.reverse()
+        } else {
+            order
+        }
+    });
+    if let Some(limit) = filter.limit {
+        records.truncate(limit as usize);
+    }
+    Ok(())
 }
 
 /// Stores the tail's sessions up to index `through` (one of the tail's), each with its

@@ -9,7 +9,7 @@ use corral_core::{AgentId, ArrayMember, Session, SessionId, SessionState, Slots,
 
 use corral_api::arrays::member_spec;
 
-use crate::array_tail::{store_members, tail_member, Tail, HAS_TAIL, TAIL_COLUMNS, TAIL_LEN};
+use crate::array_tail::{store_members, tail_member, HAS_TAIL, TAIL_LEN};
 use crate::codec::{count, name_of, release, to_json, Arg, Fields, Where};
 use crate::error::{Result, StoreError};
 use crate::events::{insert_event, NewEvent};
@@ -446,7 +446,7 @@ impl Store {
             .map(record_from_row)
             .collect::<Result<Vec<_>>>()?;
         if takes_tails {
-            add_tails(&mut tx, tails, filter, after, &mut records).await?;
+            crate::array_tail::add_listed(&mut tx, tails, filter, after, &mut records).await?;
         }
         tx.commit().await?;
         Ok(records)
@@ -679,46 +679,6 @@ impl Store {
         .await?;
         Ok(())
     }
-}
-
-/// Adds to `records` (a listing by `filter`, keyset position `after`) the sessions of the
-/// tails of the arrays `tails` selects that come in its first `limit`, in its order.
-async fn add_tails(
-    tx: &mut Tx,
-    mut tails: Where,
-    filter: &SessionFilter,
-    after: Option<(Timestamp, &str)>,
-    records: &mut Vec<SessionRecord>,
-) -> Result<()> {
-    tails.and(HAS_TAIL, []);
-    let sql = format!(
-        "SELECT {TAIL_COLUMNS} FROM arrays{} ORDER BY submitted_at, id",
-        tails.sql()
-    );
-    let arrays = tails.query(sql).fetch_all(&mut **tx).await?;
-    if arrays.is_empty() {
-        return Ok(());
-    }
-    let limit = filter.limit.map(u64::from);
-    for row in &arrays {
-        let tail = Tail::from_row(row)?;
-        for index in tail.listed(after, filter.newest_first, limit) {
-            records.push(tail.record(index)?);
-        }
-    }
-    records.sort_by(|a, b| {
-        let (a, b) = (&a.session, &b.session);
-        let order = a.submitted_at.cmp(&b.submitted_at).then(a.id.cmp(&b.id));
-        if filter.newest_first {
-            order.reverse()
-        } else {
-            order
-        }
-    });
-    if let Some(limit) = filter.limit {
-        records.truncate(limit as usize);
-    }
-    Ok(())
 }
 
 fn is_end(state: SessionState) -> bool {
