@@ -599,6 +599,18 @@ fn an_agent_restarted_while_its_session_runs_still_saves_its_outputs() {
     first.0.kill().unwrap(); // SIGKILL: the session goes on without it.
     first.0.wait().unwrap();
     let _second = c.agent("a1", "g", "cpu=1");
+    // `agent` returns at once here (the manager still holds a1 alive), so the session must
+    // not end before the new agent has re-adopted it, which it does before it joins: wait
+    // for its join (CI once saw the session end first, and fail as no longer run).
+    c.until("the restarted agent joins", || {
+        let events = c.json(&["events", "--agent", "a1", "-o", "json"]);
+        let joins = events
+            .as_array()?
+            .iter()
+            .filter(|e| e["kind"] == "joined")
+            .count();
+        (joins >= 2).then_some(())
+    });
     std::fs::write(session.join("work/go"), "").unwrap();
     let s = c.until("the session ends", || {
         let s = c.listed(&id);
