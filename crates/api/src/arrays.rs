@@ -88,6 +88,25 @@ pub struct StateCounts {
 }
 
 impl StateCounts {
+    /// `12 pending, 3 running, 85 succeeded`: the states with a session, in lifecycle order
+    /// (empty when there is none).
+    pub fn text(&self) -> String {
+        let parts: Vec<String> = [
+            (self.pending, "pending"),
+            (self.scheduled, "scheduled"),
+            (self.running, "running"),
+            (self.succeeded, "succeeded"),
+            (self.failed, "failed"),
+            (self.cancelled, "cancelled"),
+            (self.rejected, "rejected"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, w)| format!("{n} {w}"))
+        .collect();
+        parts.join(", ")
+    }
+
     /// Adds `n` sessions in `state`.
     pub fn add(&mut self, state: SessionState, n: u32) {
         let count = match state {

@@ -147,26 +147,22 @@ impl Tail {
                 }
             }
             Some((_, id)) => {
-                // Ids grow with position: the first position whose id is past `id`.
-                let (mut lo, mut hi) = (0, len);
-                while lo < hi {
-                    let mid = lo + (hi - lo) / 2;
-                    if self.session_id(self.index_at(mid)).as_str() <= id {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
+                // Ids grow with position: the first position whose id is `past` `id`.
+                let first = |past: &dyn Fn(&str) -> bool| {
+                    let (mut lo, mut hi) = (0, len);
+                    while lo < hi {
+                        let mid = lo + (hi - lo) / 2;
+                        if past(&self.session_id(self.index_at(mid))) {
+                            hi = mid;
+                        } else {
+                            lo = mid + 1;
+                        }
                     }
-                }
-                if newest_first {
-                    // Those before `id`: below the first position at or past it.
-                    let at_or_past =
-                        match lo > 0 && self.session_id(self.index_at(lo - 1)).as_str() == id {
-                            true => lo - 1,
-                            false => lo,
-                        };
-                    (0, at_or_past)
-                } else {
-                    (lo, len)
+                    lo
+                };
+                match newest_first {
+                    true => (0, first(&|s| s >= id)),
+                    false => (first(&|s| s > id), len),
                 }
             }
         };

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use corral_api::arrays::StateCounts;
 use corral_core::{Agent, AgentState, ScalingGroup, Slots};
 use corral_store::{
     ArrayFilter, ArrayRecord, ArraySelect, SessionFilter, SessionRecord, StoreError,
@@ -34,24 +33,6 @@ enum Recent {
     Array(Box<ArrayRecord>),
 }
 
-/// `12 pending, 3 running, 85 succeeded`: the states with a session, in lifecycle order.
-pub fn counts_text(c: &StateCounts) -> String {
-    let parts: Vec<String> = [
-        (c.pending, "pending"),
-        (c.scheduled, "scheduled"),
-        (c.running, "running"),
-        (c.succeeded, "succeeded"),
-        (c.failed, "failed"),
-        (c.cancelled, "cancelled"),
-        (c.rejected, "rejected"),
-    ]
-    .iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, w)| format!("{n} {w}"))
-    .collect();
-    parts.join(", ")
-}
-
 fn session_row(r: &SessionRecord) -> Markup {
     let s = &r.session;
     html! {
@@ -73,7 +54,7 @@ pub(super) fn array_row(a: &ArrayRecord) -> Markup {
                  " (array " (a.range) ", " (a.sessions) " sessions)" }
             td { a href=(format!("/ui/groups/{}", a.group)) { (a.group) } }
             td { (a.owner) }
-            td.counts { (counts_text(&a.counts)) }
+            td.counts { (a.counts.text()) }
             td { (a.request) }
             td { (layout::time(a.submitted_at)) }
         }

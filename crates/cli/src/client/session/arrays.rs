@@ -26,24 +26,10 @@ pub(super) async fn find_array(api: &Api, id: &str) -> Result<Option<ArrayView>>
     }
 }
 
-/// `12 pending, 3 running, 85 succeeded`: the states with a session, in lifecycle order.
+/// [`StateCounts::text`], or `no sessions`.
 pub(super) fn counts_text(c: &StateCounts) -> String {
-    let parts: Vec<String> = [
-        (c.pending, "pending"),
-        (c.scheduled, "scheduled"),
-        (c.running, "running"),
-        (c.succeeded, "succeeded"),
-        (c.failed, "failed"),
-        (c.cancelled, "cancelled"),
-        (c.rejected, "rejected"),
-    ]
-    .iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, w)| format!("{n} {w}"))
-    .collect();
-    if parts.is_empty() {
-        "no sessions".into()
-    } else {
-        parts.join(", ")
+    match c.text() {
+        t if t.is_empty() => "no sessions".into(),
+        t => t,
     }
 }
