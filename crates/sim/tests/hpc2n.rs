@@ -1,7 +1,5 @@
 //! The SWF reader on a real archive log: the first jobs of HPC2N's "Seth" cluster, read from
-//! `../shared/data/hpc2n.swf` (never copied into the project; skipped where it is absent).
-
-use std::path::PathBuf;
+//! the shared traces' folder (never copied into the project; `corral_testkit::shared_data`).
 
 use corral_core::Quantity;
 use corral_sim::{read, Format};
@@ -12,11 +10,9 @@ const JOB_LINES: usize = 3170;
 
 #[test]
 fn hpc2n_trace_reads_whole() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/hpc2n.swf");
-    if !path.exists() {
-        corral_testkit::require("the HPC2N trace (../shared/data/hpc2n.swf)", false);
+    let Some(path) = corral_testkit::shared_data("hpc2n.swf") else {
         return;
-    }
+    };
     let format = Format::from_path(&path).expect("a .swf file");
     let trace = read(&path, format, true).expect("every line of the archive log reads");
 

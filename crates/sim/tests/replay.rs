@@ -220,10 +220,7 @@ fn the_same_trace_and_config_give_the_same_report() {
 }
 
 fn hpc2n() -> Option<Trace> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/hpc2n.swf");
-    if !corral_testkit::require("the HPC2N trace (../shared/data/hpc2n.swf)", path.exists()) {
-        return None;
-    }
+    let path = corral_testkit::shared_data("hpc2n.swf")?;
     Some(corral_sim::read(&path, corral_sim::Format::Swf, true).expect("the log reads"))
 }
 

@@ -27,5 +27,6 @@ pub use postgres::Postgres;
 pub use processes::KillLeftovers;
 pub use registry::Registry;
 pub use skip::{
-    postgres_admin_url, require, require_busybox, require_ok, skip, BUSYBOX, POSTGRES_ENV,
+    postgres_admin_url, require, require_busybox, require_ok, shared_data, skip, BUSYBOX,
+    POSTGRES_ENV, SHARED_DATA_ENV,
 };

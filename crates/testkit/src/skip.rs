@@ -73,3 +73,25 @@ pub fn require_busybox() -> bool {
         std::path::Path::new(BUSYBOX).exists(),
     )
 }
+
+/// The variable naming the folder of the shared workload traces (`hpc2n.swf`...); by default
+/// `../shared/data` beside the checkout, where the project's machines keep them.
+pub const SHARED_DATA_ENV: &str = "CORRAL_SHARED_DATA";
+
+/// The path of `name` in the shared traces' folder, or `None` after [`skip`] when it is not
+/// there.
+#[track_caller]
+pub fn shared_data(name: &str) -> Option<std::path::PathBuf> {
+    let folder = std::env::var_os(SHARED_DATA_ENV)
+        .filter(|v| !v.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data")
+        });
+    let path = folder.join(name);
+    require(
+        &format!("{} (set {SHARED_DATA_ENV} to its folder)", path.display()),
+        path.exists(),
+    )
+    .then_some(path)
+}
