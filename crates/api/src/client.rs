@@ -107,6 +107,11 @@ impl Client {
         &self.server
     }
 
+    /// The CA file trusted besides the system's roots, if any.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
     pub fn token(&self) -> &str {
         &self.token
     }
@@ -335,7 +340,7 @@ impl Client {
 
     /// `{"error": {"code", "message", "details"}}` is the manager's refusal; anything else (a
     /// proxy's page, an older manager) is reported with the status and the start of the body.
-    fn refusal(&self, status: StatusCode, text: &str) -> ClientError {
+    pub(crate) fn refusal(&self, status: StatusCode, text: &str) -> ClientError {
         match serde_json::from_str::<crate::error::ErrorBody>(text) {
             Ok(body) => ClientError::Refused {
                 server: self.server.clone(),

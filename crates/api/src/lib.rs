@@ -27,6 +27,8 @@ pub mod tokens;
 pub mod client;
 #[cfg(feature = "client")]
 pub mod tls;
+#[cfg(feature = "client")]
+pub mod websocket;
 
 #[cfg(feature = "client")]
 pub use client::{Client, Reply};

@@ -36,6 +36,17 @@ pub fn client_builder(
     https: bool,
     ca_file: Option<&Path>,
 ) -> Result<reqwest::ClientBuilder, TlsError> {
+    let mut config = rustls_config(https, ca_file)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(reqwest::Client::builder().tls_backend_preconfigured(config))
+}
+
+/// The rustls settings of [`client_builder`], for connections made without reqwest (the
+/// WebSockets of [`crate::client::Client::websocket`]).
+pub fn rustls_config(
+    https: bool,
+    ca_file: Option<&Path>,
+) -> Result<rustls::ClientConfig, TlsError> {
     install_crypto_provider();
     let mut roots = if https {
         system_roots().clone()
@@ -61,13 +72,11 @@ pub fn client_builder(
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Settings(e.to_string()))?
         .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(reqwest::Client::builder().tls_backend_preconfigured(config))
+        .with_no_client_auth())
 }
 
 fn pem_message(e: rustls::pki_types::pem::Error) -> String {

@@ -30,7 +30,10 @@ pub enum Kind {
     /// The stream ends; the reason is empty when all went well.
     Close(String),
     Credit(u32),
-    Resize { cols: u16, rows: u16 },
+    Resize {
+        cols: u16,
+        rows: u16,
+    },
     Exit(i32),
     Ping(Bytes),
     Pong(Bytes),
@@ -78,8 +81,9 @@ impl Kind {
 
     /// The name people read in errors.
     pub fn name(&self) -> &'static str {
-        ["open", "data", "stderr", "eof", "close", "credit", "resize", "exit", "ping", "pong"]
-            [self.code() as usize]
+        [
+            "open", "data", "stderr", "eof", "close", "credit", "resize", "exit", "ping", "pong",
+        ][self.code() as usize]
     }
 
     /// The bytes of data this frame carries under flow control.
@@ -142,7 +146,9 @@ impl Kind {
             4 => Kind::Close(String::from_utf8(payload.to_vec()).map_err(|_| FrameError::Reason)?),
             5 => {
                 exact("credit", "4 bytes", 4)?;
-                Kind::Credit(u32::from_be_bytes(payload[..4].try_into().expect("4 bytes")))
+                Kind::Credit(u32::from_be_bytes(
+                    payload[..4].try_into().expect("4 bytes"),
+                ))
             }
             6 => {
                 exact("resize", "4 bytes", 4)?;
@@ -153,7 +159,9 @@ impl Kind {
             }
             7 => {
                 exact("exit", "4 bytes", 4)?;
-                Kind::Exit(i32::from_be_bytes(payload[..4].try_into().expect("4 bytes")))
+                Kind::Exit(i32::from_be_bytes(
+                    payload[..4].try_into().expect("4 bytes"),
+                ))
             }
             8 => Kind::Ping(payload),
             9 => Kind::Pong(payload),

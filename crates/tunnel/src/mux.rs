@@ -147,7 +147,8 @@ impl Tunnel {
     pub fn open(&self, open: &Open) -> Result<Stream, Closed> {
         let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
         let stream = self.shared.register(id)?;
-        self.shared.send(Frame::new(id, Kind::Open(open.to_bytes())));
+        self.shared
+            .send(Frame::new(id, Kind::Open(open.to_bytes())));
         Ok(stream)
     }
 
@@ -261,13 +262,22 @@ fn refuse(shared: &Arc<Shared>, id: u32, reason: &str) {
     shared.send(Frame::new(id, Kind::Close(reason.to_string())));
 }
 
-fn on_frame(shared: &Arc<Shared>, frame: Frame, side: Side, accept: &mpsc::UnboundedSender<Accepted>) {
+fn on_frame(
+    shared: &Arc<Shared>,
+    frame: Frame,
+    side: Side,
+    accept: &mpsc::UnboundedSender<Accepted>,
+) {
     let Frame { stream: id, kind } = frame;
     match kind {
         Kind::Ping(payload) => shared.send(Frame::new(0, Kind::Pong(payload))),
         Kind::Pong(_) => {}
         Kind::Open(bytes) => {
-            let known = shared.streams.lock().expect("not poisoned").contains_key(&id);
+            let known = shared
+                .streams
+                .lock()
+                .expect("not poisoned")
+                .contains_key(&id);
             if side == Side::Opener || known || id == 0 {
                 return refuse(shared, id, "this side does not accept that stream");
             }

@@ -180,7 +180,9 @@ impl StreamWriter {
                 .await
                 .map_err(|_| Closed)?;
             permits.forget();
-            self.state.shared.send(Frame::new(self.state.id, make(chunk)));
+            self.state
+                .shared
+                .send(Frame::new(self.state.id, make(chunk)));
         }
         Ok(())
     }

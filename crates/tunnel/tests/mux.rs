@@ -7,7 +7,9 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::Bytes;
-use corral_tunnel::{Accepted, Exec, Frame, Keepalive, Kind, Open, Side, Stream, Target, Tunnel, WINDOW};
+use corral_tunnel::{
+    Accepted, Exec, Frame, Keepalive, Kind, Open, Side, Stream, Target, Tunnel, WINDOW,
+};
 use futures_util::{Sink, Stream as FutStream};
 use tokio::sync::mpsc;
 
@@ -21,9 +23,11 @@ fn pipe() -> (Out, In, mpsc::UnboundedSender<Bytes>) {
         tx.send(message).map_err(|_| "gone".to_string())?;
         Ok::<_, String>(tx)
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|m| (Ok(m), rx))
-    });
+    let stream =
+        futures_util::stream::unfold(
+            rx,
+            |mut rx| async move { rx.recv().await.map(|m| (Ok(m), rx)) },
+        );
     (Box::pin(sink), Box::pin(stream), tx)
 }
 
@@ -39,7 +43,8 @@ fn pair() -> (Tunnel, Tunnel, mpsc::UnboundedReceiver<Accepted>) {
     let (to_agent, agent_in, _) = pipe();
     let (to_manager, manager_in, _) = pipe();
     let (manager, _) = Tunnel::start(manager_in, to_agent, Side::Opener, Keepalive::default());
-    let (agent, accepted) = Tunnel::start(agent_in, to_manager, Side::Acceptor, Keepalive::default());
+    let (agent, accepted) =
+        Tunnel::start(agent_in, to_manager, Side::Acceptor, Keepalive::default());
     (manager, agent, accepted)
 }
 
@@ -67,24 +72,49 @@ async fn a_stream_carries_its_open_data_eof_and_close_both_ways() {
         }),
     };
     let mut ours = manager.open(&open).unwrap();
-    let Accepted { open: seen, stream: mut theirs } = accepted.recv().await.unwrap();
+    let Accepted {
+        open: seen,
+        stream: mut theirs,
+    } = accepted.recv().await.unwrap();
     assert_eq!(seen, open);
 
-    ours.send(Kind::Data(Bytes::from_static(b"hello"))).await.unwrap();
-    ours.send(Kind::Resize { cols: 100, rows: 40 }).await.unwrap();
+    ours.send(Kind::Data(Bytes::from_static(b"hello")))
+        .await
+        .unwrap();
+    ours.send(Kind::Resize {
+        cols: 100,
+        rows: 40,
+    })
+    .await
+    .unwrap();
     ours.send(Kind::Eof).await.unwrap();
     assert_eq!(data(&mut theirs, 5).await, b"hello");
-    assert_eq!(theirs.recv().await, Some(Kind::Resize { cols: 100, rows: 40 }));
+    assert_eq!(
+        theirs.recv().await,
+        Some(Kind::Resize {
+            cols: 100,
+            rows: 40
+        })
+    );
     assert_eq!(theirs.recv().await, Some(Kind::Eof));
 
-    theirs.send(Kind::Stderr(Bytes::from_static(b"oops"))).await.unwrap();
+    theirs
+        .send(Kind::Stderr(Bytes::from_static(b"oops")))
+        .await
+        .unwrap();
     theirs.send(Kind::Exit(3)).await.unwrap();
     drop(theirs);
-    assert_eq!(ours.recv().await, Some(Kind::Stderr(Bytes::from_static(b"oops"))));
+    assert_eq!(
+        ours.recv().await,
+        Some(Kind::Stderr(Bytes::from_static(b"oops")))
+    );
     assert_eq!(ours.recv().await, Some(Kind::Exit(3)));
     assert_eq!(ours.recv().await, Some(Kind::Close(String::new())));
     assert_eq!(ours.recv().await, None);
-    assert!(ours.send(Kind::Eof).await.is_err(), "a closed stream takes nothing");
+    assert!(
+        ours.send(Kind::Eof).await.is_err(),
+        "a closed stream takes nothing"
+    );
     assert_eq!(manager.streams(), 0);
 }
 
@@ -93,7 +123,9 @@ async fn a_large_transfer_arrives_whole_and_in_order() {
     let (manager, _agent, mut accepted) = pair();
     let ours = manager.open(&open_tcp(1)).unwrap();
     let mut theirs = accepted.recv().await.unwrap().stream;
-    let payload: Vec<u8> = (0..5 * WINDOW + 12345).map(|i| (i * 7 % 251) as u8).collect();
+    let payload: Vec<u8> = (0..5 * WINDOW + 12345)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
     let sent = payload.clone();
     let sender = tokio::spawn(async move {
         ours.send(Kind::Data(Bytes::from(sent))).await.unwrap();
@@ -112,7 +144,9 @@ async fn a_slow_reader_holds_back_its_own_stream_only() {
     let mut fast_theirs = accepted.recv().await.unwrap().stream;
 
     // The window goes out; the next byte waits for credit the unread side never grants.
-    slow.send(Kind::Data(Bytes::from(vec![1u8; WINDOW]))).await.unwrap();
+    slow.send(Kind::Data(Bytes::from(vec![1u8; WINDOW])))
+        .await
+        .unwrap();
     let blocked = tokio::time::timeout(
         Duration::from_secs(60),
         slow.send(Kind::Data(Bytes::from_static(b"x"))),
@@ -122,7 +156,9 @@ async fn a_slow_reader_holds_back_its_own_stream_only() {
 
     // Meanwhile the other stream moves several windows.
     let sender = tokio::spawn(async move {
-        fast.send(Kind::Data(Bytes::from(vec![2u8; 3 * WINDOW]))).await.unwrap();
+        fast.send(Kind::Data(Bytes::from(vec![2u8; 3 * WINDOW])))
+            .await
+            .unwrap();
         fast
     });
     assert_eq!(data(&mut fast_theirs, 3 * WINDOW).await.len(), 3 * WINDOW);
@@ -130,7 +166,9 @@ async fn a_slow_reader_holds_back_its_own_stream_only() {
 
     // Once read, the slow stream goes on.
     assert_eq!(data(&mut slow_theirs, WINDOW).await.len(), WINDOW);
-    slow.send(Kind::Data(Bytes::from_static(b"x"))).await.unwrap();
+    slow.send(Kind::Data(Bytes::from_static(b"x")))
+        .await
+        .unwrap();
     assert_eq!(data(&mut slow_theirs, 1).await, b"x");
 }
 
@@ -161,7 +199,14 @@ fn raw_acceptor(keepalive: Keepalive) -> (Tunnel, mpsc::UnboundedReceiver<Accept
     let (to_raw, from_tunnel, _) = pipe();
     let (_, tunnel_in, to_tunnel) = pipe();
     let (tunnel, accepted) = Tunnel::start(tunnel_in, to_raw, Side::Acceptor, keepalive);
-    (tunnel, accepted, Raw { to_tunnel, from_tunnel })
+    (
+        tunnel,
+        accepted,
+        Raw {
+            to_tunnel,
+            from_tunnel,
+        },
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -174,13 +219,21 @@ async fn a_bad_frame_closes_its_stream_and_nothing_else() {
     raw.send(Frame::new(2, Kind::Open(Bytes::from_static(b"{"))).encode());
     let closed = raw.next().await;
     assert_eq!(closed.stream, 2);
-    assert!(matches!(&closed.kind, Kind::Close(r) if r.contains("a bad open frame")), "{closed:?}");
+    assert!(
+        matches!(&closed.kind, Kind::Close(r) if r.contains("a bad open frame")),
+        "{closed:?}"
+    );
 
     raw.send(Bytes::from_static(&[0, 0, 0, 1, 99]));
     let closed = raw.next().await;
     assert_eq!(closed.stream, 1);
-    assert!(matches!(&closed.kind, Kind::Close(r) if r.contains("unknown frame kind 99")), "{closed:?}");
-    assert!(matches!(good.recv().await, Some(Kind::Close(r)) if r.contains("unknown frame kind 99")));
+    assert!(
+        matches!(&closed.kind, Kind::Close(r) if r.contains("unknown frame kind 99")),
+        "{closed:?}"
+    );
+    assert!(
+        matches!(good.recv().await, Some(Kind::Close(r)) if r.contains("unknown frame kind 99"))
+    );
 
     raw.send(Bytes::from_static(&[0, 0]));
     raw.send(Frame::new(3, Kind::Open(open_tcp(3).to_bytes())).encode());
@@ -201,10 +254,14 @@ async fn only_the_opener_opens() {
     let (to_raw, _from_tunnel, _) = pipe();
     let (_, tunnel_in, to_tunnel) = pipe();
     let (manager, _) = Tunnel::start(tunnel_in, to_raw, Side::Opener, Keepalive::default());
-    to_tunnel.send(Frame::new(9, Kind::Open(open_tcp(1).to_bytes())).encode()).unwrap();
+    to_tunnel
+        .send(Frame::new(9, Kind::Open(open_tcp(1).to_bytes())).encode())
+        .unwrap();
     // Refused, and the connection stays.
     let mut stream = manager.open(&open_tcp(2)).unwrap();
-    to_tunnel.send(Frame::new(stream.id(), Kind::Exit(0)).encode()).unwrap();
+    to_tunnel
+        .send(Frame::new(stream.id(), Kind::Exit(0)).encode())
+        .unwrap();
     assert_eq!(stream.recv().await, Some(Kind::Exit(0)));
     assert_eq!(manager.streams(), 1);
 }
