@@ -8,7 +8,8 @@
 //! [`crate::devices::device_requests`]: through CDI when the host has a CDI specification of
 //! NVIDIA GPUs, else through the `nvidia` driver) and named in its variables.
 //! Its stdout and stderr are streamed into the session's log files. It is kept after it ends
-//! (so outputs can be copied out of it) until [`DockerRuntime::remove`].
+//! (so outputs can be copied out of it) until [`DockerRuntime::remove`]. A command run in it
+//! while it runs is a Docker exec instance (`docker/exec.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -30,6 +31,10 @@ use futures_util::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
+
+mod exec;
+
+pub(crate) use exec::resize_exec;
 
 use crate::devices::{device_environment, device_requests, grants_gpus, nvidia_cdi_spec_present};
 use crate::outputs::{unpack_archive, validate_outputs};
@@ -594,6 +599,11 @@ fn exit_of(info: &ContainerInspectResponse) -> Exit {
             return Exit::Failed(error.to_string());
         }
     }
+    exit_of_code(code)
+}
+
+/// An exit code as Docker reports it: a signal n as 128 + n.
+fn exit_of_code(code: i64) -> Exit {
     match i32::try_from(code) {
         Ok(code @ 129..=192) => Exit::Signal(code - 128),
         Ok(code) => Exit::Code(code),

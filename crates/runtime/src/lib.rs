@@ -2,7 +2,7 @@
 //!
 //! A [`Runtime`] starts a session described by a [`SessionSpec`] in its own directory under a
 //! work root, waits for it, stops it, finds it again after an agent restart and collects its
-//! outputs. Two runtimes exist: [`ProcessRuntime`] (a process group, limited by cgroup v2 or
+//! outputs; while it runs, [`Runtime::exec`] runs a command inside it (see [`ExecRequest`]). Two runtimes exist: [`ProcessRuntime`] (a process group, limited by cgroup v2 or
 //! rlimits) and [`DockerRuntime`] (a container through the Docker Engine API).
 //! [`detect_capacity`] tells what this host offers.
 //!
@@ -27,6 +27,7 @@ mod cgroup;
 mod devices;
 mod docker;
 mod escalate;
+mod exec;
 mod images;
 mod outputs;
 mod process;
@@ -48,6 +49,7 @@ pub use capacity::{detect_capacity, Capacity, Gpu, Mig, DEFAULT_NVIDIA_SMI};
 pub use devices::{CUDA_VISIBLE_DEVICES, DEFAULT_CDI_DIRS, GPU_SHARES_VAR, NVIDIA_VISIBLE_DEVICES};
 pub use docker::{DockerRuntime, LABEL_AGENT, LABEL_SESSION};
 pub use escalate::terminate_then_kill;
+pub use exec::{ExecRequest, Execution, Resizer};
 pub use images::repository_of;
 pub use process::{become_subreaper, ProcessConfig, ProcessRuntime, DEFAULT_PATH, LEFTOVER_GRACE};
 pub use tracking::{COOKIE_VAR, ID_VAR};
@@ -138,6 +140,12 @@ pub enum RuntimeError {
     /// This runtime knows no session with this id.
     #[error("unknown session {0}")]
     UnknownSession(String),
+    /// The session does not run here (never did, or ended): nothing can be run in it.
+    #[error("session {0} is not running on this agent")]
+    NotRunning(String),
+    /// What was asked of this session cannot be done yet.
+    #[error("session {id}: {what} is not supported yet")]
+    Unsupported { id: String, what: String },
     /// An output path leaves the work directory.
     #[error("output {path:?} of session {id} leaves its work directory")]
     OutputEscapes { id: String, path: String },
@@ -299,6 +307,21 @@ impl Runtime {
         match self {
             Runtime::Process(r) => r.collect_outputs(spec, work_root).await,
             Runtime::Docker(r) => r.collect_outputs(spec, work_root).await,
+        }
+    }
+
+    /// Runs `request` inside running session `spec.id` (its environment, working directory,
+    /// cgroup, as the session's own processes run), returning at once with its pipes. See
+    /// [`ProcessRuntime::exec`] and [`DockerRuntime::exec`].
+    pub async fn exec(
+        &self,
+        spec: &SessionSpec,
+        work_root: &Path,
+        request: &ExecRequest,
+    ) -> Result<Execution, RuntimeError> {
+        match self {
+            Runtime::Process(r) => r.exec(spec, work_root, request).await,
+            Runtime::Docker(r) => r.exec(spec, work_root, request).await,
         }
     }
 

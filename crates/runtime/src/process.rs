@@ -19,6 +19,9 @@
 //! restarted agent finds the session again with [`ProcessRuntime::running`]. The exit status
 //! of such an adopted session cannot be known (only the parent that died could have read it):
 //! `wait` reports it as [`Exit::Failed`].
+//!
+//! A command run in a running session (`exec.rs`) runs as its processes do, and so is one of
+//! them: found, signalled and ended with them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
@@ -40,6 +43,7 @@ use crate::sandbox::{SandboxConfig, UidPool};
 use crate::tracking::{self, Mark, Tracker};
 use crate::{Exit, RuntimeError, SessionPaths, SessionSpec};
 
+mod exec;
 mod start;
 
 /// `PATH` given to sessions whose environment sets none.
@@ -101,6 +105,9 @@ struct ProcessRecord {
     /// The uid of the pool it runs as (a root agent's sandbox).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     uid: Option<u32>,
+    /// Whether it runs in a sandbox (absent in records written before this was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sandboxed: Option<bool>,
 }
 
 impl ProcessRecord {

@@ -18,10 +18,12 @@
 //!
 //! [`Tracker`] looks at `/proc` for all running sessions at once, every [`LOOK_INTERVAL`], so
 //! that what a session's processes become (reparented orphans, cleared environments) is known
-//! by the end, and reaps the session orphans this process inherits as a subreaper.
+//! by the end, and reaps the session orphans this process inherits as a subreaper (not the
+//! commands run in a session, children of this process too, which their spawner waits for:
+//! [`Tracker::spawn_waited`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::procfs::{self, Process};
@@ -124,12 +126,51 @@ pub(crate) struct Tracker {
     /// Cookies read from environments, by identity. Its lock makes looks take turns, so that
     /// each starts from what the one before it found.
     environ: Mutex<HashMap<Identity, Option<String>>>,
+    /// Children of this process that carry a session's cookie but are waited for by their
+    /// spawner (commands run in a session), so never reaped as orphans.
+    waited: Mutex<HashSet<i32>>,
+}
+
+/// A child that [`Tracker::spawn_waited`] keeps from being reaped as an orphan, until dropped
+/// (once its spawner reaped it).
+#[derive(Debug)]
+pub(crate) struct Waited {
+    tracker: Arc<Tracker>,
+    pid: i32,
+}
+
+impl Drop for Waited {
+    fn drop(&mut self) {
+        self.tracker.waited().remove(&self.pid);
+    }
 }
 
 impl Tracker {
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watched>> {
         // Every update is one insert or remove: a panic leaves the map consistent.
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn waited(&self) -> std::sync::MutexGuard<'_, HashSet<i32>> {
+        // Every update is one insert or remove: a panic leaves the set consistent.
+        self.waited.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Blocking. Spawns, between two looks, a child that carries a session's cookie and that
+    /// the caller waits for itself (`spawn` returns it and its pid): no look reaps it before
+    /// the returned [`Waited`] is dropped, even if it ends at once.
+    pub fn spawn_waited<T>(
+        self: &Arc<Self>,
+        spawn: impl FnOnce() -> std::io::Result<(T, i32)>,
+    ) -> std::io::Result<(T, Waited)> {
+        let _turn = self.environ.lock().unwrap_or_else(|e| e.into_inner());
+        let (child, pid) = spawn()?;
+        self.waited().insert(pid);
+        let waited = Waited {
+            tracker: Arc::clone(self),
+            pid,
+        };
+        Ok((child, waited))
     }
 
     pub fn watch(&self, id: &str, mark: Mark) {
@@ -200,8 +241,11 @@ impl Tracker {
             .map(|w| w.known.clone())
             .unwrap_or_default();
         let found = members(procs, mark, &known, me);
+        let waited = self.waited().clone();
         for pid in orphans_to_reap(&found, mark, me) {
-            procfs::reap(pid);
+            if !waited.contains(&pid) {
+                procfs::reap(pid);
+            }
         }
         let identities = found.iter().map(|p| (p.pid, p.stat.start_time)).collect();
         if let Some(w) = self.sessions().get_mut(id) {

@@ -12,7 +12,8 @@ use bollard::models::DeviceRequest;
 use corral_core::{DeviceGrant, Quantity, SlotName};
 use corral_runtime::testing::create_session_container;
 use corral_runtime::{
-    DockerRuntime, Exit, Limits, Runtime, RuntimeError, SessionPaths, SessionSpec, LABEL_AGENT,
+    DockerRuntime, ExecRequest, Exit, Limits, Runtime, RuntimeError, SessionPaths, SessionSpec,
+    LABEL_AGENT,
 };
 use corral_testkit::RemoveContainers;
 
@@ -442,4 +443,101 @@ async fn granted_gpus_are_asked_of_the_daemon() {
         );
     }
     docker.remove(&id).await.unwrap();
+}
+
+/// Everything a stream of a command run in a session gives until its end.
+async fn to_end(stream: &mut std::pin::Pin<Box<dyn tokio::io::AsyncRead + Send>>) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_string(&mut text))
+        .await
+        .expect("the stream did not end")
+        .unwrap();
+    text
+}
+
+fn exec_request(command: &[&str], tty: bool) -> ExecRequest {
+    ExecRequest {
+        command: command.iter().map(|s| s.to_string()).collect(),
+        tty,
+        ..Default::default()
+    }
+}
+
+/// Issue 46: a command run in a container session, on pipes and on a terminal.
+#[tokio::test]
+async fn a_command_runs_in_a_running_container() {
+    use tokio::io::AsyncWriteExt;
+    let agent = unique("agent");
+    let Some((docker, _containers)) = docker(&agent).await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let id = unique("exec");
+    let mut spec = sh(&id, "exec sleep 600");
+    spec.environment.insert("GREETING".into(), "hello".into());
+    let rt = Runtime::Docker(docker);
+    let err = rt
+        .exec(&spec, root.path(), &exec_request(&["true"], false))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::NotRunning(_)), "{err}");
+    rt.start(&spec, root.path()).await.unwrap();
+
+    // On pipes: its input, two outputs, the container's environment and working directory.
+    let script = "read x; echo got $x $GREETING; pwd; echo err >&2; exit 3";
+    let request = exec_request(&["sh", "-c", script], false);
+    let mut exec = rt.exec(&spec, root.path(), &request).await.unwrap();
+    exec.stdin.write_all(b"hi\n").await.unwrap();
+    let mut stderr = exec.stderr.take().expect("a stderr without a terminal");
+    let (out, err) = tokio::join!(to_end(&mut exec.stdout), to_end(&mut stderr));
+    assert_eq!(out, "got hi hello\n/work\n");
+    assert_eq!(err, "err\n");
+    assert_eq!(exec.exit.await, Exit::Code(3));
+
+    // Dropping stdin ends its input.
+    let mut exec = rt
+        .exec(&spec, root.path(), &exec_request(&["cat"], false))
+        .await
+        .unwrap();
+    exec.stdin.write_all(b"one\n").await.unwrap();
+    drop(exec.stdin);
+    assert_eq!(to_end(&mut exec.stdout).await, "one\n");
+    assert_eq!(exec.exit.await, Exit::Code(0));
+
+    // On a terminal of the size asked, then resized.
+    let script = "read x; stty size; tty; read y; stty size; exit 5";
+    let request = ExecRequest {
+        cols: 80,
+        rows: 24,
+        ..exec_request(&["sh", "-c", script], true)
+    };
+    let mut exec = rt.exec(&spec, root.path(), &request).await.unwrap();
+    assert!(exec.stderr.is_none());
+    exec.stdin.write_all(b"a\n").await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("/dev/pts/") {
+        let mut chunk = [0u8; 256];
+        let n = tokio::io::AsyncReadExt::read(&mut exec.stdout, &mut chunk)
+            .await
+            .unwrap();
+        assert!(n > 0, "the terminal ended early: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    }
+    exec.resizer.resize(132, 50).await.unwrap();
+    exec.stdin.write_all(b"b\n").await.unwrap();
+    let out = seen + &to_end(&mut exec.stdout).await;
+    let lines: Vec<&str> = out.split("\r\n").collect();
+    assert_eq!(lines[..2], ["a", "24 80"], "{out:?}");
+    assert!(lines[2].starts_with("/dev/pts/"), "{out:?}");
+    assert_eq!(lines[3..], ["b", "50 132", ""], "{out:?}");
+    assert_eq!(exec.exit.await, Exit::Code(5));
+
+    // Its `sleep` is process 1, which ignores SIGTERM: no need to wait long.
+    rt.stop(&id, Duration::from_millis(100)).await.unwrap();
+    let err = rt
+        .exec(&spec, root.path(), &exec_request(&["true"], false))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::NotRunning(_)), "{err}");
 }

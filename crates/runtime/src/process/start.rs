@@ -69,6 +69,7 @@ impl ProcessRuntime {
             }
         };
 
+        let sandboxed = sandbox.is_some();
         let cookie = tracking::new_cookie();
         let command = self.command(spec, program, &work, &cookie, stdout, stderr);
         let child = match spawn_limited(command, procs_file, rlimit_as, sandbox) {
@@ -93,6 +94,7 @@ impl ProcessRuntime {
             cgroup: cgroup.as_ref().map(|c| c.path.clone()),
             cookie: Some(cookie),
             uid,
+            sandboxed: Some(sandboxed),
         };
         let pid_file = paths.dir.join(PID_FILE);
         if let Err(e) = write_record(&pid_file, &record) {
@@ -215,9 +217,29 @@ impl ProcessRuntime {
         stdout: fs::File,
         stderr: fs::File,
     ) -> Command {
+        let mut command = self.in_session(spec, program, &spec.command[1..], work, cookie);
+        command
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .process_group(0);
+        command
+    }
+
+    /// `program` with `args` as the session's processes run: in its work directory, with
+    /// exactly the spec's environment plus `PATH`, `HOME` and the runtime's variables (its
+    /// cookie among them). Also what a command run in the session gets.
+    pub(super) fn in_session(
+        &self,
+        spec: &SessionSpec,
+        program: &str,
+        args: &[String],
+        work: &Path,
+        cookie: &str,
+    ) -> Command {
         let mut command = Command::new(program);
         command
-            .args(&spec.command[1..])
+            .args(args)
             .current_dir(work)
             .env_clear()
             .env("PATH", &self.config.path)
@@ -226,11 +248,7 @@ impl ProcessRuntime {
             // After the spec's: a session cannot pose as another, nor see GPUs not granted.
             .envs(device_environment(&spec.devices))
             .env(ID_VAR, &spec.id)
-            .env(COOKIE_VAR, cookie)
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .process_group(0);
+            .env(COOKIE_VAR, cookie);
         command
     }
 
@@ -287,8 +305,9 @@ fn session_files(paths: &SessionPaths) -> Result<(PathBuf, fs::File, fs::File), 
 }
 
 /// Spawns `command`, the child joining its cgroup through `procs_file` (or taking
-/// `RLIMIT_AS`), then entering its sandbox, between fork and exec.
-fn spawn_limited(
+/// `RLIMIT_AS`), then entering its sandbox, between fork and exec (after the hooks `command`
+/// already has). Also how a command run in a session joins it.
+pub(super) fn spawn_limited(
     mut command: Command,
     procs_file: Option<fs::File>,
     rlimit_as: Option<u64>,

@@ -12,6 +12,7 @@ fn pid_files_round_trip() {
         cgroup: Some("/sys/fs/cgroup/corral-a".into()),
         cookie: Some("c00c1e".into()),
         uid: None,
+        sandboxed: Some(false),
     };
     write_record(&path, &record).unwrap();
     assert_eq!(read_record(&path), Some(record.clone()));
@@ -22,6 +23,7 @@ fn pid_files_round_trip() {
         Some(ProcessRecord {
             cgroup: None,
             cookie: None,
+            sandboxed: None,
             ..record
         })
     );
