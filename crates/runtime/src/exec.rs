@@ -316,6 +316,26 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
+    fn an_execution_can_go_to_another_task() {
+        fn send<T: Send>() {}
+        fn shared<T: Send + Sync>() {}
+        send::<Execution>();
+        shared::<Resizer>();
+    }
+
+    #[test]
+    fn an_argument_with_nul_is_refused() {
+        let request = ExecRequest {
+            command: vec!["echo".into(), "a\0b".into()],
+            ..Default::default()
+        };
+        assert!(matches!(
+            request.validate("s1"),
+            Err(RuntimeError::InvalidSpec { .. })
+        ));
+    }
+
+    #[test]
     fn a_login_shell_is_bash_where_there_is_one() {
         assert_eq!(login_shell(true), ["/bin/bash", "-l"]);
         assert_eq!(login_shell(false), ["/bin/sh", "-l"]);
