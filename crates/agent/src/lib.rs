@@ -20,6 +20,7 @@ pub mod metadata;
 mod sessions;
 mod sync;
 mod tasks;
+mod tunnel;
 pub mod update;
 
 use admit::OwnDevices;
@@ -223,9 +224,12 @@ async fn serve(agent: Arc<Agent>) -> Result<(), AgentError> {
     let mut rejoin = backoff(FIRST_REJOIN_WAIT, MAX_REJOIN_WAIT);
     // An update that failed, told at the next sync.
     let mut update_failed: Option<UpdateFailure> = None;
+    // Dialled once the agent holds its own token, and held from then on.
+    let mut held_tunnel = None;
     loop {
         let joined = join::join(&agent, &join, &mut join_retry).await?;
         join_retry = backoff(FIRST_RETRY_WAIT, MAX_JOIN_RETRY_WAIT);
+        held_tunnel.get_or_insert_with(|| AbortOnDrop(tokio::spawn(tunnel::hold(agent.clone()))));
         // Until the manager no longer knows this agent: then it joins again.
         sync::until_forgotten(&agent, &joined, drain_at, &mut rejoin, &mut update_failed).await?;
     }

@@ -19,7 +19,7 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// An open WebSocket to the manager.
 pub type WebSocket = tokio_tungstenite::WebSocketStream<Box<dyn Io>>;
-pub use tokio_tungstenite::tungstenite::Message;
+pub use tokio_tungstenite::tungstenite::{Error, Message};
 
 /// The largest message either side sends (a tunnel frame is at most 64 KiB of data).
 const MAX_MESSAGE: usize = 1 << 20;

@@ -5,7 +5,7 @@
 //! One module per resource: `tokens.rs` (tokens, bootstrap tokens), `groups.rs` (a group's
 //! settings, templates, provider and instances), `merge_patch.rs` (JSON merge patch, RFC 7396,
 //! for `PATCH /groups/{name}`), `group_state.rs` (a group's queue, shares, required slots and
-//! plan), `history.rs` (a group's series over a window), `batch.rs` (a group's batch system: binding, jobs, nodes, configuration), `images.rs`, `sessions.rs`, `arrays.rs` (session arrays: made by `POST /sessions`, read, listed and cancelled as one), `agent_registry.rs` (agents as people see and manage them;
+//! plan), `history.rs` (a group's series over a window), `batch.rs` (a group's batch system: binding, jobs, nodes, configuration), `images.rs`, `sessions.rs`, `interactive.rs` (a command, a terminal or a forwarded port in a running session, and the agents' tunnels they travel over), `arrays.rs` (session arrays: made by `POST /sessions`, read, listed and cancelled as one), `agent_registry.rs` (agents as people see and manage them;
 //! the agents' own side, join and sync, is `crate::agents`) and `events.rs`.
 
 mod agent_registry;
@@ -16,6 +16,7 @@ mod group_state;
 mod groups;
 mod history;
 mod images;
+mod interactive;
 mod merge_patch;
 #[cfg(feature = "openapi")]
 pub mod openapi;
@@ -290,6 +291,12 @@ fn session_routes() -> Router<App> {
         )
         .route("/api/v1/sessions/{id}", get(sessions::get_session))
         .route("/api/v1/sessions/{id}/cancel", post(sessions::cancel))
+        .route("/api/v1/sessions/{id}/exec", get(interactive::exec))
+        .route(
+            "/api/v1/sessions/{id}/forward/{port}",
+            get(interactive::forward),
+        )
+        .route("/api/v1/agents/{id}/tunnel", get(interactive::agent_tunnel))
 }
 
 /// Session arrays: listed, read, cancelled (`arrays.rs`).

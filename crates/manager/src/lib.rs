@@ -30,6 +30,7 @@ pub mod secrets;
 pub mod serve;
 mod single;
 mod submit;
+mod tunnels;
 mod ui;
 mod views;
 
@@ -190,6 +191,8 @@ pub struct App {
     /// Served over TLS: the dashboard's cookie is marked Secure.
     https: bool,
     activity: Arc<activity::Activity>,
+    /// The tunnels agents hold to this manager.
+    tunnels: Arc<tunnels::Tunnels>,
     secrets: Arc<secrets::SecretKey>,
     health: Arc<health::Health>,
     serving: Arc<serve::Serving>,
@@ -270,6 +273,7 @@ pub async fn start(config: &Config) -> Result<App, ManagerError> {
         metrics_public: config.metrics_public,
         https: config.tls.is_some(),
         activity: Arc::default(),
+        tunnels: Arc::default(),
         serving,
         secrets,
         health: Arc::default(),

@@ -330,6 +330,9 @@ where
                 Ok(r) => r,
                 Err(never) => match never {},
             };
+            if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+                guard.0.upgraded.store(true, Ordering::Release);
+            }
             let response = if stalled.load(Ordering::Acquire) {
                 let mut r = ApiError::new(
                     StatusCode::REQUEST_TIMEOUT,
@@ -361,7 +364,8 @@ where
         .keep_alive(true)
         // The head's deadline is `Guarded`'s, which tells idle waits from slow heads.
         .header_read_timeout(None)
-        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .with_upgrades();
     tokio::pin!(conn);
     tokio::select! {
         r = conn.as_mut() => return r.map_err(Into::into),
@@ -375,11 +379,17 @@ where
 #[derive(Default)]
 struct Requests {
     count: AtomicUsize,
+    /// Switched protocols (a WebSocket): no request deadline applies any more; the tunnel's
+    /// and the terminals' own keepalive finds a dead peer.
+    upgraded: AtomicBool,
     reader: std::sync::Mutex<Option<std::task::Waker>>,
 }
 
 impl Requests {
     fn busy(&self, cx: &Context<'_>) -> bool {
+        if self.upgraded.load(Ordering::Acquire) {
+            return true;
+        }
         if self.count.load(Ordering::Acquire) == 0 {
             return false;
         }

@@ -325,6 +325,15 @@ impl Runtime {
         }
     }
 
+    /// Where a running session's ports are reached from the agent: the loopback for the process
+    /// runtime (its sessions share the host's network), the container's address for Docker.
+    pub async fn address(&self, id: &str) -> Result<std::net::IpAddr, RuntimeError> {
+        match self {
+            Runtime::Process(_) => Ok(std::net::Ipv4Addr::LOCALHOST.into()),
+            Runtime::Docker(r) => r.address(id).await,
+        }
+    }
+
     /// The Docker runtime, which runs images (the process runtime runs none).
     pub fn docker(&self) -> Option<&DockerRuntime> {
         match self {

@@ -122,6 +122,11 @@ impl Stream {
         self.writer.send(kind).await
     }
 
+    /// Ends the stream with a reason (empty when all went well).
+    pub fn close(&self, reason: &str) {
+        self.writer.close(reason);
+    }
+
     pub fn split(self) -> (StreamReader, StreamWriter) {
         (self.reader, self.writer)
     }

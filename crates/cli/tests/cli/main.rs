@@ -24,6 +24,7 @@ mod external_agents;
 mod gpus;
 mod ha;
 mod image_update;
+mod interactive;
 mod lifecycle;
 mod listings;
 mod pilots;

@@ -234,3 +234,31 @@ async fn exit_of_exec(docker: Docker, exec: String, output_ended: oneshot::Recei
         }
     }
 }
+
+impl DockerRuntime {
+    /// Where the session's ports are reached from the agent: the container's address on its
+    /// network (the default bridge), or the loopback for a container on the host's network.
+    pub async fn address(&self, id: &str) -> Result<std::net::IpAddr, RuntimeError> {
+        let name = Self::container_name(id);
+        let info = self
+            .inspect(&name)
+            .await?
+            .filter(|info| is_running(info))
+            .ok_or_else(|| RuntimeError::NotRunning(id.to_string()))?;
+        let networks = info
+            .network_settings
+            .and_then(|s| s.networks)
+            .unwrap_or_default();
+        if networks.contains_key("host") {
+            return Ok(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        networks
+            .values()
+            .filter_map(|n| n.ip_address.as_deref())
+            .find_map(|ip| ip.parse().ok())
+            .ok_or_else(|| RuntimeError::Unsupported {
+                id: id.to_string(),
+                what: "reaching a port of a container without a network address".into(),
+            })
+    }
+}

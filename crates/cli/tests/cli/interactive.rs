@@ -1,0 +1,227 @@
+//! Reaching into running sessions, as a user types it: `session exec` with stdin, stdout,
+//! stderr and the exit code kept apart; `session port-forward` carrying a large transfer whole
+//! both ways; only the owner and admins get in, each attach an event; a session that is not
+//! running answers why.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::Stdio;
+
+use crate::common;
+use common::{ok, text, Cluster, Proc};
+use serde_json::Value;
+
+/// A cluster with agent a1 and alice's session `sleep 600` running on it; alice's token.
+fn running(c: &Cluster, command: &[&str]) -> (Proc, String, String) {
+    ok(c.cli(&["group", "create", "g"]));
+    let agent = c.agent("a1", "g", "cpu=2");
+    let created: Value =
+        serde_json::from_str(&ok(c.cli(&["token", "create", "alice", "-o", "json"]))).unwrap();
+    let alice = created["token"].as_str().unwrap().to_string();
+    let out = c.as_user(
+        &alice,
+        &[
+            &[
+                "session",
+                "submit",
+                "--group",
+                "g",
+                "--request",
+                "cpu=1",
+                "--",
+            ],
+            command,
+        ]
+        .concat(),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    c.until("the session to run", || {
+        (c.listed(&id)["state"] == "running").then_some(())
+    });
+    // The agent dials its tunnel once it has joined: the first exec may find it on the way.
+    c.until("the agent's tunnel", || {
+        let out = c.as_user(&alice, &["session", "exec", &id, "--", "true"]);
+        out.status.success().then_some(())
+    });
+    (agent, id, alice)
+}
+
+fn exec_with_stdin(c: &Cluster, token: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    let mut child = c
+        .command(args)
+        .env("CORRAL_TOKEN", token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn exec_keeps_stdin_stdout_stderr_and_the_exit_code_apart() {
+    let c = Cluster::start(60);
+    let (_agent, id, alice) = running(&c, &["sleep", "600"]);
+
+    let out = exec_with_stdin(
+        &c,
+        &alice,
+        &[
+            "session",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "cat; echo oops >&2; exit 3",
+        ],
+        b"hello\nworld\n",
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "hello\nworld\n");
+    assert_eq!(text(&out.stderr), "oops\n");
+
+    // In the session's environment and working directory.
+    let out = c.as_user(
+        &alice,
+        &[
+            "session",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo $CORRAL_SESSION_ID; pwd",
+        ],
+    );
+    let printed = ok(out);
+    let mut lines = printed.lines();
+    assert_eq!(lines.next(), Some(id.as_str()));
+    assert!(
+        lines.next().unwrap().ends_with(&format!("{id}/work")),
+        "{printed}"
+    );
+
+    // A command that does not exist fails as a shell says.
+    let out = c.as_user(
+        &alice,
+        &["session", "exec", &id, "--", "no-such-command-here"],
+    );
+    assert!(!out.status.success());
+    assert!(!text(&out.stderr).is_empty());
+
+    // Recorded: who, which session; not what was typed.
+    let events = c.json(&["events", "--session", &id, "-o", "json"]);
+    let execs: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "session.exec")
+        .collect();
+    assert!(execs.len() >= 3, "{events}");
+    assert!(execs
+        .iter()
+        .all(|e| e["message"].as_str().unwrap().starts_with("alice ")));
+    assert!(!events.to_string().contains("hello"), "{events}");
+}
+
+#[test]
+fn only_the_owner_and_admins_reach_a_session_and_only_while_it_runs() {
+    let c = Cluster::start(60);
+    let (_agent, id, _alice) = running(&c, &["sleep", "600"]);
+    let created: Value =
+        serde_json::from_str(&ok(c.cli(&["token", "create", "bob", "-o", "json"]))).unwrap();
+    let bob = created["token"].as_str().unwrap();
+
+    let out = c.as_user(bob, &["session", "exec", &id, "--", "true"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("another user"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = c.as_user(bob, &["session", "port-forward", &id, "8080"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("another user"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // An admin may.
+    assert_eq!(
+        ok(c.cli(&["session", "exec", &id, "--", "echo", "admin"])),
+        "admin\n"
+    );
+
+    ok(c.cli(&["session", "cancel", &id]));
+    c.until("the session to end", || {
+        (c.listed(&id)["state"] == "cancelled").then_some(())
+    });
+    let out = c.cli(&["session", "exec", &id, "--", "true"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("only a running session can be reached"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn port_forward_carries_a_large_transfer_whole_both_ways() {
+    let c = Cluster::start(60);
+    let port = common::free_port();
+    // An echo server in the session.
+    let server = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('127.0.0.1',{port}))\ns.listen()\n\
+         while True:\n  c,_=s.accept()\n  while True:\n    b=c.recv(65536)\n    if not b: break\n    c.sendall(b)\n  c.close()\n"
+    );
+    let (_agent, id, alice) = running(&c, &["python3", "-c", &server]);
+
+    let mut forward = Proc(
+        c.command(&["session", "port-forward", &id, &format!("0:{port}")])
+            .env("CORRAL_TOKEN", &alice)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(forward.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let local = line
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    assert_eq!(
+        line.trim_end(),
+        format!("Forwarding from 127.0.0.1:{local} -> {port}")
+    );
+
+    // The server listens once the session runs; connections may come before it does.
+    let payload: Vec<u8> = (0..32u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let echoed = c.until("the echo through the forward", || {
+        let mut tcp = TcpStream::connect(format!("127.0.0.1:{local}")).ok()?;
+        let sender = {
+            let mut tcp = tcp.try_clone().unwrap();
+            let payload = payload.clone();
+            std::thread::spawn(move || {
+                let sent = tcp.write_all(&payload).is_ok();
+                let _ = tcp.shutdown(std::net::Shutdown::Write);
+                sent
+            })
+        };
+        let mut back = Vec::new();
+        tcp.read_to_end(&mut back).ok()?;
+        (sender.join().unwrap() && !back.is_empty()).then_some(back)
+    });
+    assert_eq!(echoed.len(), payload.len());
+    assert!(echoed == payload, "the echo differs");
+}
