@@ -18,6 +18,7 @@ pub struct Reply {
 
 /// The client commands' connection: corral-api's client, with a limit on each call and errors
 /// that say which flag, variable or file setting would fix them.
+#[derive(Clone)]
 pub struct Api {
     client: Client,
 }
@@ -109,6 +110,12 @@ impl Api {
         )
     }
 
+    /// A WebSocket to `/api/v1/` plus `path` (`session exec`, `shell`, `port-forward`); a
+    /// refusal before the upgrade is the usual error, kept typed (its status is [`refusal`]'s).
+    pub async fn websocket(&self, path: &[&str]) -> Result<corral_api::websocket::WebSocket> {
+        self.client.websocket(path, &[]).await.map_err(advice)
+    }
+
     /// An answer that is bytes, not JSON (logs, output files).
     pub async fn get_bytes(
         &self,
@@ -158,6 +165,11 @@ pub fn advice(e: ClientError) -> anyhow::Error {
         _ => "",
     };
     anyhow::Error::new(CallError { error: e, hint })
+}
+
+/// The status the manager refused a call with, if that is how it failed.
+pub fn refusal(e: &anyhow::Error) -> Option<u16> {
+    e.downcast_ref::<CallError>()?.error.status()
 }
 
 /// A typed body as the JSON value the calls take.

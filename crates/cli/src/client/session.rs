@@ -3,16 +3,23 @@
 //! This file holds the subcommands and sends each to its own; beside it, `session/submit.rs`
 //! submits (`submit`, `run`), `session/inputs.rs` uploads local input files, `session/list.rs`
 //! lists (`ls`, `--watch`, and `group pending`'s queue), `session/show.rs` shows one (`get`),
-//! `session/cancel.rs` cancels, `session/wait.rs` waits, and `session/arrays.rs` holds what
-//! several of them ask of arrays.
+//! `session/cancel.rs` cancels, `session/wait.rs` waits, `session/arrays.rs` holds what
+//! several of them ask of arrays; `session/exec.rs` runs a command or a shell in a running
+//! session (`exec`, `shell`; `session/terminal.rs` is the local terminal) and
+//! `session/forward.rs` forwards a local port to it (`port-forward`), both through
+//! `session/wire.rs`, the messages of their WebSockets.
 
 mod arrays;
 mod cancel;
+mod exec;
+mod forward;
 mod inputs;
 mod list;
 mod show;
 mod submit;
+mod terminal;
 mod wait;
+mod wire;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -20,6 +27,8 @@ use clap::Subcommand;
 use super::http::Api;
 use super::Out;
 use crate::Output;
+use exec::ExecArgs;
+use forward::ForwardArgs;
 pub(crate) use inputs::{input_names, upload_inputs};
 pub use list::print_pending;
 use list::ListArgs;
@@ -86,9 +95,21 @@ pub enum Command {
         #[command(flatten)]
         out: Out,
     },
+    /// Run a command in a running session, with this standard input, output and error, and
+    /// exit with its exit code (255 if the connection was lost); -t gives it a terminal.
+    Exec(ExecArgs),
+    /// A login shell in a running session, on this terminal (`exec -t` without a command).
+    Shell {
+        /// The session's id; it must be running.
+        id: String,
+    },
+    /// Forward a local port to a port of a running session, until Ctrl-C: each connection
+    /// gets its own stream to the session.
+    PortForward(ForwardArgs),
 }
 
-/// Runs one `corral session` subcommand; `run` and `wait` exit with the session's exit code.
+/// Runs one `corral session` subcommand; `run` and `wait` exit with the session's exit code,
+/// `exec` and `shell` with the command's.
 pub async fn run(api: &Api, command: Command) -> Result<()> {
     match command {
         Command::Run(args) => submit::run_and_exit(api, args).await,
@@ -114,5 +135,10 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             let code = wait::wait(api, &id, matches!(out.output, Output::Json)).await?;
             std::process::exit(code);
         }
+        // Exits at once: standard input may still be read on a blocking thread, which a
+        // runtime's shutdown would wait for.
+        Command::Exec(args) => std::process::exit(exec::exec(api, args).await?),
+        Command::Shell { id } => std::process::exit(exec::shell(api, &id).await?),
+        Command::PortForward(args) => forward::port_forward(api, args).await,
     }
 }
