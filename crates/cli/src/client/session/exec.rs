@@ -73,6 +73,12 @@ async fn run(api: &Api, id: &str, command: Vec<String>, tty: bool) -> Result<i32
     // In raw mode no key makes a signal here; one sent by another process ends the command's
     // connection with the terminal restored, as a shell reports it (128 + n).
     let stops = if raw.is_some() {
+        // A reader of the output that goes away is then a failed write, after which the
+        // terminal is restored, not a death by SIGPIPE that leaves it raw.
+        // SAFETY: changes one signal's disposition; no handler runs.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
         stop_signals()
     } else {
         Vec::new()
