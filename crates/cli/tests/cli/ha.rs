@@ -739,13 +739,13 @@ async fn ten_groups_under_load_move_when_their_owner_is_killed_or_paused() {
                 let mut records = Vec::new();
                 for id in &ids {
                     let Some(record) = store.get_session(id).await.unwrap() else {
-                        return Err(format!("{} not stored", id.0));
+                        return Err(format!("{} not stored", id));
                     };
                     if record.session.state != corral_core::SessionState::Succeeded {
                         // Which one lags, and how it got there: what a failure must show.
                         return Err(format!(
                             "{} {:?} on {:?}: {:?}",
-                            id.0, record.session.state, record.session.agent, record.history
+                            id, record.session.state, record.session.agent, record.history
                         ));
                     }
                     records.push(record);

@@ -119,13 +119,15 @@ async fn relay(
     let (tx, mut rx) = mpsc::channel::<Kind>(QUEUE);
     let first = Kind::Open(serde_json::to_vec(&open).expect("serialisable").into());
     let _ = tx.send(first).await;
+    // The socket stays open once the input ended (a WebSocket has no half-close: closing it
+    // would end the command's output too); it is closed once the command's end came.
     let writer = tokio::spawn(async move {
         while let Some(kind) = rx.recv().await {
             if sink.send(message(&kind)).await.is_err() {
-                return;
+                return None;
             }
         }
-        let _ = sink.close().await;
+        Some(sink)
     });
     let input = tokio::spawn(send_stdin(tx.clone()));
     let resize = tty.then(|| tokio::spawn(follow_size(tx.clone())));
@@ -138,7 +140,9 @@ async fn relay(
     if let Some(resize) = resize {
         resize.abort();
     }
-    let _ = tokio::time::timeout(LINGER, writer).await;
+    if let Ok(Ok(Some(mut sink))) = tokio::time::timeout(LINGER, writer).await {
+        let _ = sink.close().await;
+    }
     ended
 }
 
