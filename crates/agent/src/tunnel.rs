@@ -135,11 +135,7 @@ async fn pump_tcp(stream: Stream, tcp: TcpStream) {
     });
     while let Some(kind) = from_user.recv().await {
         match kind {
-            Kind::Data(bytes) => {
-                if write.write_all(&bytes).await.is_err() {
-                    break;
-                }
-            }
+            Kind::Data(bytes) if write.write_all(&bytes).await.is_err() => break,
             Kind::Eof => {
                 let _ = write.shutdown().await;
                 let sent = (&mut up).await.unwrap_or(Ok(()));

@@ -282,12 +282,12 @@ fn on_frame(
                 return refuse(shared, id, "this side does not accept that stream");
             }
             match Open::from_bytes(&bytes) {
-                Ok(open) => match shared.register(id) {
-                    Ok(stream) => {
+                Ok(open) => {
+                    // A connection closing meanwhile takes no stream.
+                    if let Ok(stream) = shared.register(id) {
                         let _ = accept.send(Accepted { open, stream });
                     }
-                    Err(Closed) => {}
-                },
+                }
                 Err(why) => refuse(shared, id, &why),
             }
         }

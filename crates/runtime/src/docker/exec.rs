@@ -243,7 +243,7 @@ impl DockerRuntime {
         let info = self
             .inspect(&name)
             .await?
-            .filter(|info| is_running(info))
+            .filter(is_running)
             .ok_or_else(|| RuntimeError::NotRunning(id.to_string()))?;
         let networks = info
             .network_settings
