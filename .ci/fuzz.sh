@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Short fuzzing runs (cargo-fuzz, libFuzzer) of the code that reads what people and peers
 # write: slot amounts, `corral plan` files (as text, and built from bytes: the cycle), the agent
-# sync protocol, batch job descriptions rendered into scripts (batch_script). Any crash fails
+# sync protocol, batch job descriptions rendered into scripts (batch_script), the tunnel's frames. Any crash fails
 # this script; libFuzzer leaves the input in
 # fuzz/artifacts/TARGET/ (make it a regression test in the crate, see docs/security-checks.md).
 #
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION=0.13.2
 SECONDS_PER_TARGET=${SECONDS_PER_TARGET:-20}
-TARGETS=${TARGETS:-"slots plan cycle protocol batch_script"}
+TARGETS=${TARGETS:-"slots plan cycle protocol batch_script tunnel"}
 FEATURES=${FEATURES:-}
 
 if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
