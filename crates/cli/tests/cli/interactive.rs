@@ -225,3 +225,88 @@ fn port_forward_carries_a_large_transfer_whole_both_ways() {
     assert_eq!(echoed.len(), payload.len());
     assert!(echoed == payload, "the echo differs");
 }
+
+/// Drives `corral session shell` from a real pseudo-terminal (Python's `pty` and `termios`): the
+/// first size reaches the shell, a resize does, Ctrl-C ends the remote command and not the
+/// client, and the shell's exit code is the client's.
+const SHELL_DRIVER: &str = r#"
+import fcntl, os, select, struct, subprocess, sys, termios, time
+corral, session = sys.argv[1], sys.argv[2]
+master, slave = os.openpty()
+def size(rows, cols):
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+size(24, 80)
+client = subprocess.Popen([corral, "session", "shell", session], stdin=slave, stdout=slave,
+    stderr=slave, start_new_session=True,
+    preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+os.close(slave)
+seen = b""
+def until(marker, within=30, fatal=True):
+    # Reads what the terminal shows until `marker`; returns what came before it.
+    global seen
+    deadline = time.monotonic() + within
+    while marker not in seen:
+        ready, _, _ = select.select([master], [], [], max(0, deadline - time.monotonic()))
+        if not ready:
+            if not fatal:
+                return None
+            sys.exit(f"timed out waiting for {marker!r}; the terminal showed {seen!r}")
+        try:
+            seen += os.read(master, 4096)
+        except OSError:
+            sys.exit(f"the client ended before {marker!r}; the terminal showed {seen!r}")
+    before, _, seen = seen.partition(marker)
+    return before
+# $((n+1)) in the command, its value in the output: the terminal's echo of what was typed
+# never matches.
+os.write(master, b"stty size; echo MARK$((0+1))\n")
+assert b"24 80" in until(b"MARK1"), "the first size"
+size(40, 100)
+for n in range(2, 200):
+    os.write(master, b"stty size; echo MARK$((%d+1))\n" % (n - 1))
+    if b"40 100" in until(b"MARK%d" % n):
+        break
+else:
+    sys.exit("the new size never reached the shell")
+# Ctrl-C once the command runs (typed earlier, bash takes it at its prompt).
+os.write(master, b"echo STARTED$((0+1)); sleep 300; echo SLEPT$((0+1))\n")
+until(b"STARTED1")
+os.write(master, b"\x03")
+until(b"^C")
+# Bash drops what was typed while it handled the interrupt: type until it is heard.
+for n in range(1, 100):
+    os.write(master, b"echo AFTER$((%d+1))\n" % (n - 1))
+    shown = until(b"AFTER%d" % n, within=2, fatal=False)
+    if shown is not None:
+        assert b"SLEPT1" not in shown, "the interrupted command went on"
+        break
+else:
+    sys.exit(f"the shell never answered after Ctrl-C; the terminal showed {seen!r}")
+os.write(master, b"exit 7\n")
+print(client.wait(timeout=30))
+"#;
+
+#[test]
+fn a_shell_on_a_real_terminal_is_resized_interrupted_and_returns_its_exit_code() {
+    let c = Cluster::start(60);
+    let (_agent, id, alice) = running(&c, &["sleep", "600"]);
+    let out = std::process::Command::new("python3")
+        .args(["-c", SHELL_DRIVER, common::CORRAL, &id])
+        .env("CORRAL_SERVER", c.url())
+        .env("CORRAL_TOKEN", &alice)
+        .env("CORRAL_CONFIG", c.dir.path().join("none.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout).trim(), "7", "{}", text(&out.stderr));
+    let events = c.json(&["events", "--session", &id, "-o", "json"]);
+    assert!(
+        events.to_string().contains("alice opened a shell"),
+        "{events}"
+    );
+}
