@@ -10,6 +10,8 @@ pub struct Netns {
     host_if: String,
     /// The host's end's address, which processes inside reach.
     pub host_ip: IpAddr,
+    /// The namespace's own address on the pair.
+    pub inner_ip: IpAddr,
 }
 
 impl Netns {
@@ -30,6 +32,7 @@ impl Netns {
             name,
             host_if,
             host_ip,
+            inner_ip: format!("10.{a}.{b}.2").parse().unwrap(),
         };
         for args in [
             vec![
@@ -87,6 +90,25 @@ impl Netns {
             };
         }
         inside
+    }
+
+    /// Puts the namespace behind NAT, as far as connections go: it connects out, but no
+    /// connection from outside gets in (an opening TCP segment, SYN without ACK, arriving on
+    /// the pair is dropped; nftables).
+    pub fn refuse_incoming(&self) {
+        let rules = "table inet corral_nat {\n  chain input {\n    type filter hook input priority 0; policy accept;\n    iifname != \"lo\" tcp flags & (syn | ack) == syn drop\n  }\n}\n";
+        let mut nft = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("ip netns exec nft");
+        use std::io::Write;
+        nft.stdin
+            .take()
+            .unwrap()
+            .write_all(rules.as_bytes())
+            .unwrap();
+        assert!(nft.wait().unwrap().success(), "nft refused the rules");
     }
 
     /// Cuts the namespace off: the host's end goes down.

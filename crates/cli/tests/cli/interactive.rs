@@ -310,3 +310,89 @@ fn a_shell_on_a_real_terminal_is_resized_interrupted_and_returns_its_exit_code()
         "{events}"
     );
 }
+
+/// Behind NAT: the agent runs in a network namespace it can connect out of while nothing from
+/// outside connects in (the manager included); exec and a forwarded port work all the same,
+/// through the tunnel the agent dialled.
+#[test]
+fn an_agent_behind_nat_serves_exec_and_port_forward() {
+    let Some(ns) = corral_testkit::Netns::create(1) else {
+        return;
+    };
+    ns.refuse_incoming();
+    let c = Cluster::start(60);
+    let manager: std::net::SocketAddr = format!("127.0.0.1:{}", c.port).parse().unwrap();
+    let front = corral_testkit::Front::start_on(ns.host_ip, vec![manager]).unwrap();
+    ok(c.cli(&["group", "create", "g"]));
+    let mut a1 = c.agent_command("a1", "g", "cpu=2");
+    a1.env("CORRAL_SERVER", front.url());
+    let mut inside = ns.command(&a1);
+    inside.stdout(Stdio::null()).stderr(Stdio::null());
+    let _a1 = c.agent_from("a1", inside);
+
+    // A server in the session, on every address of the namespace.
+    let port = common::free_port();
+    let server = format!(
+        "import socket\ns=socket.socket()\ns.bind(('0.0.0.0',{port}))\ns.listen()\n\
+         while True:\n  c,_=s.accept()\n  c.sendall(b'hello from behind NAT\\n')\n  c.close()\n"
+    );
+    let id = c.submit(&[
+        "--group",
+        "g",
+        "--request",
+        "cpu=1",
+        "--",
+        "python3",
+        "-c",
+        &server,
+    ]);
+    c.until("the session to run", || {
+        (c.listed(&id)["state"] == "running").then_some(())
+    });
+    let said = c.until("exec through the tunnel", || {
+        let out = c.cli(&[
+            "session",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo $CORRAL_SESSION_ID",
+        ]);
+        out.status.success().then(|| text(&out.stdout))
+    });
+    assert_eq!(said.trim(), id);
+
+    // From outside, nothing gets in: not even to the port the session listens on.
+    let mut forward = Proc(
+        c.command(&["session", "port-forward", &id, &format!("0:{port}")])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(forward.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let local: u16 = line
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let greeting = c.until("the server's greeting through the forward", || {
+        let mut tcp = TcpStream::connect(("127.0.0.1", local)).ok()?;
+        let mut got = String::new();
+        tcp.read_to_string(&mut got).ok()?;
+        (!got.is_empty()).then_some(got)
+    });
+    assert_eq!(greeting, "hello from behind NAT\n");
+    let direct = TcpStream::connect_timeout(
+        &std::net::SocketAddr::new(ns.inner_ip, port),
+        std::time::Duration::from_secs(2),
+    );
+    assert!(
+        direct.is_err(),
+        "the session's port was reachable from outside"
+    );
+}
