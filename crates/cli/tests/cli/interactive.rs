@@ -396,3 +396,58 @@ fn an_agent_behind_nat_serves_exec_and_port_forward() {
         "the session's port was reachable from outside"
     );
 }
+
+/// Idle means idle: in a group that ends interactive sessions idle for 8 s, a session someone
+/// types into (a byte a second through `session exec`, for twice the timeout) runs on; once
+/// nobody types, it is ended as idle.
+#[test]
+fn typing_into_a_session_keeps_it_from_the_idle_policy_and_silence_does_not() {
+    let c = Cluster::start(60);
+    let group = c.dir.path().join("idle.json");
+    std::fs::write(
+        &group,
+        r#"{"name": "idle", "policy": {"termination": {"mode": "idle", "idle_timeout_secs": 8}}}"#,
+    )
+    .unwrap();
+    ok(c.cli(&["group", "create", "idle", "--file", group.to_str().unwrap()]));
+    let _agent = c.agent("i1", "idle", "cpu=2");
+    let id = c.submit(&[
+        "--group",
+        "idle",
+        "--type",
+        "interactive",
+        "--request",
+        "cpu=1",
+        "--",
+        "sleep",
+        "600",
+    ]);
+    c.until("the session to run", || {
+        (c.listed(&id)["state"] == "running").then_some(())
+    });
+    let mut typing = Proc(
+        c.command(&["session", "exec", &id, "--", "cat"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut keys = typing.0.stdin.take().unwrap();
+    // A person typing: the pauses are the test's input, not a wait for something to happen.
+    for _ in 0..16 {
+        keys.write_all(b"x").unwrap();
+        keys.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert_eq!(c.listed(&id)["state"], "running", "ended while typed into");
+    }
+    drop(keys);
+    assert!(typing.0.wait().unwrap().success());
+    let ended = c.until_for(60, "the silent session ends", || {
+        let s = c.listed(&id);
+        (s["state"] == "cancelled").then_some(s)
+    });
+    assert_eq!(
+        ended["end_reason"],
+        "ended by the group's policy: idle for 8 s"
+    );
+}
