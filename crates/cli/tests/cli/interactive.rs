@@ -451,3 +451,77 @@ fn typing_into_a_session_keeps_it_from_the_idle_policy_and_silence_does_not() {
         "ended by the group's policy: idle for 8 s"
     );
 }
+
+/// Faults: the manager killed under an attached command and a forwarded port: the client says
+/// the connection was lost (exit 255) instead of hanging; once the manager is back and the
+/// agent has dialled its tunnel again, both work again. The agent restarted under a command:
+/// the session runs on, the client says the connection was lost, and a new exec works.
+#[test]
+fn a_lost_manager_or_agent_ends_the_attached_client_clearly_and_reattaching_works() {
+    let mut c = Cluster::start(60);
+    let (agent, id, alice) = running(&c, &["sleep", "600"]);
+    let attach = |c: &Cluster| {
+        let mut child = Proc(
+            c.command(&[
+                "session",
+                "exec",
+                &id,
+                "--",
+                "sh",
+                "-c",
+                "echo attached; exec cat",
+            ])
+            .env("CORRAL_TOKEN", &alice)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        );
+        let mut line = String::new();
+        let mut out = BufReader::new(child.0.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "attached\n");
+        child
+    };
+    let lost = |mut child: Proc| {
+        // Its stdin stays open: only the lost connection may end it.
+        let _keys = child.0.stdin.take();
+        let status = child.0.wait().unwrap();
+        let mut err = String::new();
+        child
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.code(), Some(255), "{err}");
+        assert!(
+            err.contains("the connection to the session was lost"),
+            "{err}"
+        );
+    };
+
+    let client = attach(&c);
+    c.kill_server();
+    lost(client);
+    c.start_server();
+    c.until("exec again once the agent's tunnel is back", || {
+        let out = c.as_user(&alice, &["session", "exec", &id, "--", "echo", "back"]);
+        (out.status.success() && text(&out.stdout) == "back\n").then_some(())
+    });
+
+    let client = attach(&c);
+    drop(agent);
+    lost(client);
+    let _agent = c.agent_from("a1", c.agent_command("a1", "g", "cpu=2"));
+    c.until(
+        "exec again in the same session after the agent's restart",
+        || {
+            let out = c.as_user(&alice, &["session", "exec", &id, "--", "echo", "again"]);
+            (out.status.success() && text(&out.stdout) == "again\n").then_some(())
+        },
+    );
+    assert_eq!(c.listed(&id)["state"], "running");
+}

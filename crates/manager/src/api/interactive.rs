@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{close_code, CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -356,7 +356,18 @@ async fn relay(app: &App, id: &str, socket: WebSocket, stream: Stream) {
                     continue;
                 }
             };
-            let kind = kind.unwrap_or_else(|| Kind::Close("the agent's tunnel was lost".into()));
+            let Some(kind) = kind else {
+                // The agent's side is gone without a word: the connection is lost (no close
+                // frame of the stream, which would say the command ended), and why is in the
+                // WebSocket's close.
+                let _ = to_user
+                    .send(Message::Close(Some(CloseFrame {
+                        code: close_code::ERROR,
+                        reason: "the agent's tunnel was lost".into(),
+                    })))
+                    .await;
+                return;
+            };
             let last = matches!(kind, Kind::Close(_));
             if matches!(kind, Kind::Data(_) | Kind::Stderr(_)) {
                 app.activity.touch(&app.store, id).await;
