@@ -72,6 +72,21 @@ pub enum Target {
         #[arg(long, default_value_t = 30)]
         runs: usize,
     },
+    /// Interactive sessions through `corral dev`, each beside the same traffic sent directly:
+    /// a forwarded port's throughput (an echo server in the session, SHA-256 checked), a
+    /// keystroke's round trip through `session exec -- cat`, and terminals held at once with
+    /// the child's CPU. Needs python3 (the session's echo server).
+    Interactive {
+        /// MiB sent through the forwarded port (and echoed back).
+        #[arg(long, default_value_t = 1024)]
+        megabytes: u64,
+        /// Keystrokes timed.
+        #[arg(long, default_value_t = 1000)]
+        keystrokes: usize,
+        /// Terminals held open at once.
+        #[arg(long, default_value_t = 1000)]
+        terminals: usize,
+    },
     /// The dashboard: its group page, overview and a session page with thousands of agents and
     /// sessions in the store (median time to the whole page); SQLite always, PostgreSQL with
     /// --database-url.
@@ -175,6 +190,18 @@ pub fn run(target: Target) -> Result<()> {
             runtime.block_on(crate::bench_scale::run(sessions.max(1), concurrency.max(1)))
         }
         Target::Run { runs } => crate::bench_run::run(runs.max(1)),
+        Target::Interactive {
+            megabytes,
+            keystrokes,
+            terminals,
+        } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(crate::bench_interactive::run(
+                megabytes.max(1),
+                keystrokes.max(1),
+                terminals,
+            ))
+        }
         Target::Ha {
             database_url,
             lease_secs,

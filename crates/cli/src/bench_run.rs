@@ -99,11 +99,11 @@ fn srun_works() -> bool {
 }
 
 /// `corral dev` as a child, stopped when dropped.
-struct Dev(Child);
+pub(crate) struct Dev(Child);
 
 impl Dev {
     /// Starts it on a free port and waits until its agent has joined (it then writes `config`).
-    fn start(dir: &Path, config: &Path) -> Result<Dev> {
+    pub(crate) fn start(dir: &Path, config: &Path) -> Result<Dev> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -135,6 +135,12 @@ impl Dev {
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(dev)
+    }
+}
+
+impl Dev {
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
     }
 }
 

@@ -5,6 +5,7 @@ mod bench_agent;
 mod bench_api;
 mod bench_batch;
 mod bench_ha;
+mod bench_interactive;
 mod bench_run;
 mod bench_scale;
 mod bench_sim;
