@@ -57,7 +57,7 @@ async fn serve(agent: &Arc<Agent>, socket: WebSocket) {
         std::future::ready(Ok::<_, corral_api::websocket::Error>(Message::Binary(b)))
     }));
     let (tunnel, mut accepted) =
-        Tunnel::start(incoming, outgoing, Side::Acceptor, Keepalive::default());
+        Tunnel::start(incoming, outgoing, Side::Acceptor, Keepalive::from_env());
     while let Some(stream) = accepted.recv().await {
         tokio::spawn(serve_stream(agent.clone(), stream));
     }

@@ -22,6 +22,9 @@ pub struct Front {
 
 #[derive(Default)]
 struct Shared {
+    /// A connection silent both ways this long is dropped, as a load balancer's idle timeout
+    /// drops it.
+    idle: Option<Duration>,
     stopped: AtomicBool,
     cut: AtomicBool,
     /// The connections forwarded now, by number: a cut ends them.
@@ -37,9 +40,30 @@ impl Front {
     /// [`Front::start`], listening on a free port of `ip` (an address clients in a network
     /// namespace reach).
     pub fn start_on(ip: std::net::IpAddr, backends: Vec<SocketAddr>) -> std::io::Result<Front> {
+        Front::start_with(ip, backends, None)
+    }
+
+    /// [`Front::start`] that drops a connection silent both ways for `idle`, as load
+    /// balancers do (AWS's default: 60 s).
+    pub fn start_idle(backends: Vec<SocketAddr>, idle: Duration) -> std::io::Result<Front> {
+        Front::start_with(
+            "127.0.0.1".parse().expect("an address"),
+            backends,
+            Some(idle),
+        )
+    }
+
+    fn start_with(
+        ip: std::net::IpAddr,
+        backends: Vec<SocketAddr>,
+        idle: Option<Duration>,
+    ) -> std::io::Result<Front> {
         let listener = TcpListener::bind((ip, 0))?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            idle,
+            ..Shared::default()
+        });
         let accepting = shared.clone();
         let next = Arc::new(AtomicUsize::new(0));
         thread::spawn(move || {
@@ -117,19 +141,44 @@ fn forward(client: TcpStream, backends: &[SocketAddr], n: usize, shared: &Shared
     if shared.cut.load(Ordering::SeqCst) {
         let _ = client.shutdown(Shutdown::Both);
     }
-    let up = thread::spawn(move || pipe(client_read, backend_write));
-    pipe(backend, client);
+    let heard = Arc::new(Mutex::new(std::time::Instant::now()));
+    let (idle, heard_up) = (shared.idle, heard.clone());
+    let up = thread::spawn(move || pipe(client_read, backend_write, idle, &heard_up));
+    pipe(backend, client, shared.idle, &heard);
     let _ = up.join();
     lock(&shared.open).remove(&n);
 }
 
-/// Copies until either side ends, then ends both directions of `to`.
-fn pipe(mut from: TcpStream, mut to: TcpStream) {
+/// Copies until either side ends, then ends both directions of `to`; with `idle`, also once
+/// nothing went either way (`heard`, shared by both directions) for that long.
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    idle: Option<Duration>,
+    heard: &Mutex<std::time::Instant>,
+) {
     let mut buf = [0u8; 16 * 1024];
+    if let Some(idle) = idle {
+        let _ = from.set_read_timeout(Some((idle / 10).max(Duration::from_millis(10))));
+    }
     loop {
         match from.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if idle.is_some_and(|idle| lock(heard).elapsed() >= idle) {
+                    let _ = from.shutdown(Shutdown::Both);
+                    let _ = to.shutdown(Shutdown::Both);
+                    return;
+                }
+            }
+            Err(_) => break,
             Ok(n) => {
+                *lock(heard) = std::time::Instant::now();
                 if to.write_all(&buf[..n]).is_err() {
                     break;
                 }

@@ -12,6 +12,6 @@ mod open;
 mod stream;
 
 pub use frame::{Frame, FrameError, Kind};
-pub use mux::{Accepted, Keepalive, Side, Tunnel};
+pub use mux::{Accepted, Keepalive, Side, Tunnel, KEEPALIVE_ENV};
 pub use open::{Exec, Open, Target};
 pub use stream::{Closed, Stream, StreamReader, StreamWriter, MAX_CHUNK, WINDOW};

@@ -35,6 +35,33 @@ impl Default for Keepalive {
     }
 }
 
+/// The variable that sets the ping interval in seconds (1 to 3600) on the manager and the
+/// agent, for a proxy whose idle timeout is shorter than 20 s; the dead-peer time is three
+/// intervals.
+pub const KEEPALIVE_ENV: &str = "CORRAL_KEEPALIVE_SECS";
+
+impl Keepalive {
+    /// [`KEEPALIVE_ENV`]'s interval, else the default; a value out of range is reported and
+    /// the default kept.
+    pub fn from_env() -> Keepalive {
+        let Ok(text) = std::env::var(KEEPALIVE_ENV) else {
+            return Keepalive::default();
+        };
+        match text.trim().parse::<u64>() {
+            Ok(secs @ 1..=3600) => Keepalive {
+                ping_every: Duration::from_secs(secs),
+                dead_after: Duration::from_secs(3 * secs),
+            },
+            _ => {
+                tracing::warn!(
+                    "{KEEPALIVE_ENV}={text:?} is not 1 to 3600 seconds; pinging every 15 s"
+                );
+                Keepalive::default()
+            }
+        }
+    }
+}
+
 /// Which end of the tunnel this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {

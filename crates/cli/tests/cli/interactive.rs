@@ -525,3 +525,54 @@ fn a_lost_manager_or_agent_ends_the_attached_client_clearly_and_reattaching_work
     );
     assert_eq!(c.listed(&id)["state"], "running");
 }
+
+/// Silence behind a proxy that drops idle connections: the agent's tunnel and a user's
+/// terminal both go through a front that drops a connection silent both ways for 3 s (a load
+/// balancer's 60 s, compressed twenty times, as is the keepalive: a ping every second instead
+/// of every 15 s). A terminal left silent for 30 s (ten of the proxy's timeouts) still echoes.
+#[test]
+fn a_silent_terminal_behind_an_idle_dropping_proxy_stays_open() {
+    let keepalive = [("CORRAL_KEEPALIVE_SECS", "1")];
+    let c = Cluster::start_with_env(60, &[], &keepalive);
+    let manager: std::net::SocketAddr = format!("127.0.0.1:{}", c.port).parse().unwrap();
+    let front = corral_testkit::Front::start_idle(vec![manager], std::time::Duration::from_secs(3))
+        .unwrap();
+    ok(c.cli(&["group", "create", "g"]));
+    let mut a1 = c.agent_command("a1", "g", "cpu=2");
+    a1.env("CORRAL_SERVER", front.url()).envs(keepalive);
+    let _a1 = c.agent_from("a1", a1);
+    let id = c.submit(&["--group", "g", "--request", "cpu=1", "--", "sleep", "600"]);
+    c.until("the session to run", || {
+        (c.listed(&id)["state"] == "running").then_some(())
+    });
+    c.until("the agent's tunnel", || {
+        c.cli(&["session", "exec", &id, "--", "true"])
+            .status
+            .success()
+            .then_some(())
+    });
+
+    let mut terminal = Proc(
+        c.command(&["session", "exec", &id, "--", "cat"])
+            .env("CORRAL_SERVER", front.url())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut keys = terminal.0.stdin.take().unwrap();
+    let mut screen = BufReader::new(terminal.0.stdout.take().unwrap());
+    let mut line = String::new();
+    keys.write_all(b"before\n").unwrap();
+    screen.read_line(&mut line).unwrap();
+    assert_eq!(line, "before\n");
+    // Silence, as a person away from the keyboard: the pause is the input.
+    std::thread::sleep(std::time::Duration::from_secs(30));
+    line.clear();
+    keys.write_all(b"after\n").unwrap();
+    screen.read_line(&mut line).unwrap();
+    assert_eq!(line, "after\n", "the terminal was dropped while silent");
+    drop(keys);
+    assert!(terminal.0.wait().unwrap().success());
+}

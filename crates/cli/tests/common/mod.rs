@@ -135,6 +135,8 @@ pub struct Cluster {
     pub server: Option<Proc>,
     /// The server's flags beside the data directory and the heartbeat's.
     server_args: Vec<String>,
+    /// Variables of the server's environment.
+    server_env: Vec<(String, String)>,
 }
 
 impl Cluster {
@@ -144,11 +146,22 @@ impl Cluster {
 
     /// [`Cluster::start`], the server started with `flags` too.
     pub fn start_with(lost_after: u32, flags: &[&str]) -> Cluster {
+        Cluster::start_with_env(lost_after, flags, &[])
+    }
+
+    /// [`Cluster::start_with`], the server's environment given `env` too.
+    pub fn start_with_env(lost_after: u32, flags: &[&str], env: &[(&str, &str)]) -> Cluster {
         let server_args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        let server_env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         let (server, port) = start_manager(&data, &[], || {
-            server_command(&data, lost_after, &server_args)
+            let mut command = server_command(&data, lost_after, &server_args);
+            command.envs(server_env.iter().map(|(k, v)| (k, v)));
+            command
         });
         let token = std::fs::read_to_string(data.join("admin.token"))
             .unwrap()
@@ -162,6 +175,7 @@ impl Cluster {
             token,
             server: Some(server),
             server_args,
+            server_env,
         }
     }
 
@@ -169,7 +183,9 @@ impl Cluster {
     pub fn start_server(&mut self) {
         let data = self.dir.path().join("data");
         let server = start_manager_on(self.port, &data, &[], || {
-            server_command(&data, self.lost_after, &self.server_args)
+            let mut command = server_command(&data, self.lost_after, &self.server_args);
+            command.envs(self.server_env.iter().map(|(k, v)| (k, v)));
+            command
         });
         self.server = Some(server.expect("the server restarts on its port"));
     }

@@ -77,7 +77,7 @@ pub(crate) async fn agent_tunnel(
     let ws = upgrade(ws)?;
     Ok(ws.on_upgrade(move |socket| async move {
         let (incoming, outgoing) = binary(socket);
-        let (tunnel, _) = Tunnel::start(incoming, outgoing, Side::Opener, Keepalive::default());
+        let (tunnel, _) = Tunnel::start(incoming, outgoing, Side::Opener, Keepalive::from_env());
         app.tunnels.hold(&id, tunnel).await;
     }))
 }
@@ -345,7 +345,7 @@ async fn relay(app: &App, id: &str, socket: WebSocket, stream: Stream) {
         to_agent.close("");
     };
     let downstream = async {
-        let mut ping = tokio::time::interval(Keepalive::default().ping_every);
+        let mut ping = tokio::time::interval(Keepalive::from_env().ping_every);
         loop {
             let kind = tokio::select! {
                 kind = from_agent.recv() => kind,
