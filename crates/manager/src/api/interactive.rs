@@ -225,7 +225,7 @@ pub(crate) async fn exec(
     summary = "Forward a TCP connection to a port the running session listens on (a WebSocket of data frames); its owner or an admin",
     params(
         ("id" = String, Path, description = "the session"),
-        ("port" = u16, Path, description = "the port in the session"),
+        ("port" = u16, Path, minimum = 1, description = "the port in the session (1 to 65535)"),
     ),
     responses(
         (status = 101, description = "connected"),
