@@ -47,6 +47,33 @@ fn running(c: &Cluster, command: &[&str]) -> (Proc, String, String) {
     (agent, id, alice)
 }
 
+/// `corral session port-forward ID 0:PORT` as the user of `token`, and the local port it says
+/// it listens on (its one line, checked whole).
+fn forwarding(c: &Cluster, token: &str, id: &str, port: u16) -> (Proc, u16) {
+    let mut forward = Proc(
+        c.command(&["session", "port-forward", id, &format!("0:{port}")])
+            .env("CORRAL_TOKEN", token)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(forward.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let local: u16 = line
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{line:?}"));
+    assert_eq!(
+        line.trim_end(),
+        format!("Forwarding from 127.0.0.1:{local} -> {port}")
+    );
+    (forward, local)
+}
+
 fn exec_with_stdin(c: &Cluster, token: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
     let mut child = c
         .command(args)
@@ -181,34 +208,14 @@ fn port_forward_carries_a_large_transfer_whole_both_ways() {
     );
     let (_agent, id, alice) = running(&c, &["python3", "-c", &server]);
 
-    let mut forward = Proc(
-        c.command(&["session", "port-forward", &id, &format!("0:{port}")])
-            .env("CORRAL_TOKEN", &alice)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(forward.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let local = line
-        .strip_prefix("Forwarding from 127.0.0.1:")
-        .and_then(|rest| rest.split(' ').next())
-        .unwrap_or_else(|| panic!("{line:?}"))
-        .to_string();
-    assert_eq!(
-        line.trim_end(),
-        format!("Forwarding from 127.0.0.1:{local} -> {port}")
-    );
+    let (_forward, local) = forwarding(&c, &alice, &id, port);
 
     // The server listens once the session runs; connections may come before it does.
     let payload: Vec<u8> = (0..32u32 << 20)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
     let echoed = c.until("the echo through the forward", || {
-        let mut tcp = TcpStream::connect(format!("127.0.0.1:{local}")).ok()?;
+        let mut tcp = TcpStream::connect(("127.0.0.1", local)).ok()?;
         let sender = {
             let mut tcp = tcp.try_clone().unwrap();
             let payload = payload.clone();
@@ -364,22 +371,7 @@ fn an_agent_behind_nat_serves_exec_and_port_forward() {
     assert_eq!(said.trim(), id);
 
     // From outside, nothing gets in: not even to the port the session listens on.
-    let mut forward = Proc(
-        c.command(&["session", "port-forward", &id, &format!("0:{port}")])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(forward.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let local: u16 = line
-        .strip_prefix("Forwarding from 127.0.0.1:")
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("{line:?}"));
+    let (_forward, local) = forwarding(&c, &c.token, &id, port);
     let greeting = c.until("the server's greeting through the forward", || {
         let mut tcp = TcpStream::connect(("127.0.0.1", local)).ok()?;
         let mut got = String::new();

@@ -107,8 +107,16 @@ fn binary(
     (incoming, outgoing)
 }
 
+/// A running session within reach: its group, its agent and the agent's tunnel.
+struct Reached {
+    id: String,
+    group: String,
+    agent: String,
+    tunnel: Tunnel,
+}
+
 /// The running session's agent's tunnel, for its owner or an admin.
-async fn reach(app: &App, caller: &Caller, id: &str) -> Result<(String, Tunnel)> {
+async fn reach(app: &App, caller: &Caller, id: &str) -> Result<Reached> {
     let record = own_session(app, caller, id).await?;
     let session = &record.session;
     let conflict = |message: String| ApiError::new(StatusCode::CONFLICT, "conflict", message);
@@ -134,29 +142,43 @@ async fn reach(app: &App, caller: &Caller, id: &str) -> Result<(String, Tunnel)>
             agent.0
         ))
     })?;
-    Ok((agent.0.clone(), tunnel))
+    Ok(Reached {
+        id: id.to_string(),
+        group: session.group.clone(),
+        agent: agent.0.clone(),
+        tunnel,
+    })
 }
 
-async fn record(
+/// Opens `target` on the session's agent's tunnel, records who did (`kind`, `what`), then
+/// relays the user's socket to it until either ends.
+async fn attach(
     app: &App,
     caller: &Caller,
-    group: Option<String>,
-    id: &str,
-    agent: &str,
-    kind: &str,
-    what: String,
+    to: Reached,
+    socket: WebSocket,
+    target: Target,
+    (kind, what): (&str, String),
 ) {
+    let open = Open {
+        session: to.id.clone(),
+        target,
+    };
+    let Ok(stream) = to.tunnel.open(&open) else {
+        return close(socket, "the agent's tunnel closed").await;
+    };
     let event = NewEvent {
         at: now(),
-        group,
-        session: Some(id.to_string()),
-        agent: Some(agent.to_string()),
+        group: Some(to.group),
+        session: Some(to.id.clone()),
+        agent: Some(to.agent),
         kind: kind.to_string(),
         message: format!("{} {what}", caller.user),
     };
     if let Err(e) = app.store.record_event(&event).await {
-        tracing::warn!(session = id, error = %e, "could not record the event");
+        tracing::warn!(session = to.id, error = %e, "could not record the event");
     }
+    relay(app, &to.id, socket, stream).await;
 }
 
 #[cfg_attr(
@@ -182,38 +204,20 @@ pub(crate) async fn exec(
     Path(id): Path<String>,
     ws: std::result::Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response> {
-    let (agent, tunnel) = reach(&app, &caller, &id).await?;
+    let reached = reach(&app, &caller, &id).await?;
     let ws = upgrade(ws)?;
     Ok(ws.on_upgrade(move |mut socket| async move {
         let exec = match first_open(&mut socket).await {
             Ok(exec) => exec,
             Err(why) => return close(socket, &why).await,
         };
-        let what = if exec.command.is_empty() {
-            "opened a shell".to_string()
-        } else {
-            format!(
-                "ran {:?}{}",
-                exec.command[0],
-                if exec.tty { " on a terminal" } else { "" }
-            )
+        let what = match exec.command.first() {
+            None => "opened a shell".to_string(),
+            Some(program) if exec.tty => format!("ran {program:?} on a terminal"),
+            Some(program) => format!("ran {program:?}"),
         };
-        let open = Open {
-            session: id.clone(),
-            target: Target::Exec(exec),
-        };
-        let Ok(stream) = tunnel.open(&open) else {
-            return close(socket, "the agent's tunnel closed").await;
-        };
-        let group = app
-            .store
-            .get_session(&id)
-            .await
-            .ok()
-            .flatten()
-            .map(|r| r.session.group);
-        record(&app, &caller, group, &id, &agent, "session.exec", what).await;
-        relay(&app, &id, socket, stream).await;
+        let event = ("session.exec", what);
+        attach(&app, &caller, reached, socket, Target::Exec(exec), event).await;
     }))
 }
 
@@ -247,34 +251,11 @@ pub(crate) async fn forward(
         port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
             ApiError::invalid("port", format!("{port:?} is not a port (1 to 65535)"))
         })?;
-    let (agent, tunnel) = reach(&app, &caller, &id).await?;
+    let reached = reach(&app, &caller, &id).await?;
     let ws = upgrade(ws)?;
     Ok(ws.on_upgrade(move |socket| async move {
-        let open = Open {
-            session: id.clone(),
-            target: Target::Tcp { port },
-        };
-        let Ok(stream) = tunnel.open(&open) else {
-            return close(socket, "the agent's tunnel closed").await;
-        };
-        let group = app
-            .store
-            .get_session(&id)
-            .await
-            .ok()
-            .flatten()
-            .map(|r| r.session.group);
-        record(
-            &app,
-            &caller,
-            group,
-            &id,
-            &agent,
-            "session.forward",
-            format!("forwarded port {port}"),
-        )
-        .await;
-        relay(&app, &id, socket, stream).await;
+        let event = ("session.forward", format!("forwarded port {port}"));
+        attach(&app, &caller, reached, socket, Target::Tcp { port }, event).await;
     }))
 }
 
