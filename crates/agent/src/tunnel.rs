@@ -117,35 +117,10 @@ async fn address(runtime: &Runtime, session: &str) -> Result<std::net::IpAddr, S
         .map_err(|e| format!("session {session}'s address: {e}"))
 }
 
-/// Carries a TCP connection both ways. The user's `eof` shuts the connection's writing side
-/// and the stream ends once the session's side ended too; the user's `close` (or the tunnel's
-/// loss) drops the connection at once, so that a server taking one connection at a time is
-/// not held by a user who went away.
+/// Carries a TCP connection both ways (see [`corral_tunnel::bridge`]).
 async fn pump_tcp(stream: Stream, tcp: TcpStream) {
     let _ = tcp.set_nodelay(true);
-    let (mut read, mut write) = tcp.into_split();
-    let (mut from_user, to_user) = stream.split();
-    let sender = to_user.clone();
-    let mut up = tokio::spawn(async move {
-        let sent = send_all(&mut read, &sender, Kind::Data).await;
-        if sent.is_ok() {
-            let _ = sender.send(Kind::Eof).await;
-        }
-        sent
-    });
-    while let Some(kind) = from_user.recv().await {
-        match kind {
-            Kind::Data(bytes) if write.write_all(&bytes).await.is_err() => break,
-            Kind::Eof => {
-                let _ = write.shutdown().await;
-                let sent = (&mut up).await.unwrap_or(Ok(()));
-                return to_user.close(&sent.err().unwrap_or_default());
-            }
-            Kind::Close(_) => break,
-            _ => {}
-        }
-    }
-    up.abort();
+    let _ = corral_tunnel::bridge(stream, tcp).await;
 }
 
 /// Reads `from` to its end as frames made by `make`; the error says why reading failed.

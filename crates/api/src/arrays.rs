@@ -56,6 +56,7 @@ pub fn member_spec(submitted: &Spec, array: &str, index: u32) -> Spec {
         inputs: each(&submitted.inputs),
         outputs: each(&submitted.outputs),
         environment,
+        apps: submitted.apps.clone(),
     }
 }
 
@@ -248,6 +249,7 @@ mod tests {
             inputs: vec!["in-{index}.csv".into()],
             outputs: vec!["out/{index}.txt".into()],
             environment: [("MODE".to_string(), "{index}".to_string())].into(),
+            apps: Vec::new(),
         };
         let spec = member_spec(&submitted, "a1f", 42);
         assert_eq!(spec.command, ["train", "--seed", "42"]);

@@ -6,6 +6,7 @@
 pub mod agent_builds;
 pub mod agent_keys;
 pub mod agents;
+pub mod apps;
 pub mod arrays;
 pub mod batch;
 pub mod error;

@@ -41,6 +41,11 @@ pub struct NewSession {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(max_items = 8))]
     pub constraints: Vec<corral_core::DeviceConstraint>,
+    /// The ports it serves by name: `http` apps the manager serves under
+    /// `/apps/{session}/{app}/`, `tcp` apps for `session port-forward`. At most 16.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(max_items = 16))]
+    pub apps: Vec<crate::apps::AppPort>,
     /// Submits an array: one session per index of the range (`{"first": 0, "last": 9999,
     /// "step": 2, "max_running": 100}` is `0-9999:2%100`), all or none, each with
     /// `CORRAL_ARRAY_ID` and `CORRAL_ARRAY_INDEX` in its environment and `{index}` replaced by
@@ -80,6 +85,9 @@ pub struct Spec {
     pub outputs: Vec<String>,
     #[serde(default)]
     pub environment: BTreeMap<String, String>,
+    /// The ports it serves by name (`corral session run --app jupyter=8888`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<crate::apps::AppPort>,
 }
 
 /// A session as the API shows it.

@@ -9,6 +9,7 @@
 //! the agents' own side, join and sync, is `crate::agents`) and `events.rs`.
 
 mod agent_registry;
+mod apps;
 mod arrays;
 mod batch;
 mod events;
@@ -25,7 +26,7 @@ mod tokens;
 
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post, put};
+use axum::routing::{any, delete, get, post, put};
 use axum::Router;
 use corral_core::{ScalingGroup, Snapshot};
 
@@ -36,6 +37,7 @@ use axum::response::IntoResponse;
 #[cfg(feature = "openapi")]
 use openapi::ErrorResponse;
 
+pub(crate) use apps::{login_path as app_login_path, views as app_views};
 pub(crate) use history::group_history;
 pub(crate) use sessions::{own_session, Spec};
 
@@ -292,6 +294,11 @@ fn session_routes() -> Router<App> {
         .route("/api/v1/sessions/{id}", get(sessions::get_session))
         .route("/api/v1/sessions/{id}/cancel", post(sessions::cancel))
         .route("/api/v1/sessions/{id}/exec", get(interactive::exec))
+        .route("/api/v1/sessions/{id}/apps", get(apps::list))
+        .route("/api/v1/sessions/{id}/apps/{app}/login", post(apps::login))
+        .route("/apps/{session}/{app}", any(apps::serve))
+        .route("/apps/{session}/{app}/", any(apps::serve))
+        .route("/apps/{session}/{app}/{*rest}", any(apps::serve))
         .route(
             "/api/v1/sessions/{id}/forward/{port}",
             get(interactive::forward),

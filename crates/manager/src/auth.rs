@@ -172,8 +172,15 @@ async fn lookup(parts: &Parts, app: &App) -> Result<(String, Caller), ApiError> 
 /// A secret's hash and who it belongs to (bootstrap tokens included).
 async fn resolve(secret: &str, app: &App) -> Result<(String, Caller), ApiError> {
     let hash = hash(secret);
+    let caller = holder(&hash, app).await?;
+    Ok((hash, caller))
+}
+
+/// Who the token of this hash belongs to, while it is valid (bootstrap tokens included).
+async fn holder(hash: &str, app: &App) -> Result<Caller, ApiError> {
+    let hash = hash.to_string();
     if let Some(caller) = app.tokens.get(&hash) {
-        return Ok((hash, caller));
+        return Ok(caller);
     }
     let token = app
         .store
@@ -210,7 +217,7 @@ async fn resolve(secret: &str, app: &App) -> Result<(String, Caller), ApiError> 
     if caller.role != Role::Bootstrap {
         app.tokens.put(hash.clone(), caller.clone());
     }
-    Ok((hash, caller))
+    Ok(caller)
 }
 
 /// The person a secret belongs to (an admin or a user), as people's routes admit them; the
@@ -218,6 +225,22 @@ async fn resolve(secret: &str, app: &App) -> Result<(String, Caller), ApiError> 
 pub async fn person(secret: &str, app: &App) -> Result<Caller, ApiError> {
     let (_, caller) = resolve(secret, app).await?;
     people_only(caller)
+}
+
+/// The person whose token has this hash, while the token is valid: an app pass names the
+/// token it was issued for, so that revoking the token ends the pass too.
+pub async fn person_by_hash(hash: &str, app: &App) -> Result<Caller, ApiError> {
+    people_only(holder(hash, app).await?)
+}
+
+/// The hash of the token a request bears (`Authorization: Bearer`) and its person, if it
+/// bears one.
+pub async fn bearer_person(parts: &Parts, app: &App) -> Option<Result<(String, Caller), ApiError>> {
+    parts.headers.get(axum::http::header::AUTHORIZATION)?;
+    Some(match lookup(parts, app).await {
+        Ok((hash, caller)) => people_only(caller).map(|c| (hash, c)),
+        Err(e) => Err(e),
+    })
 }
 
 fn people_only(caller: Caller) -> Result<Caller, ApiError> {
@@ -240,6 +263,24 @@ impl FromRequestParts<App> for Caller {
     async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
         let (_, caller) = lookup(parts, app).await?;
         people_only(caller)
+    }
+}
+
+/// A person's caller with the hash of the token they showed (an app's pass names it).
+pub struct Bearer {
+    pub caller: Caller,
+    pub token_hash: String,
+}
+
+impl FromRequestParts<App> for Bearer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &App) -> Result<Self, ApiError> {
+        let (token_hash, caller) = lookup(parts, app).await?;
+        Ok(Bearer {
+            caller: people_only(caller)?,
+            token_hash,
+        })
     }
 }
 

@@ -65,15 +65,19 @@ pub enum SecretsError {
     Malformed { what: String, reason: String },
 }
 
-/// The key that seals and opens provider secrets, and the MAC key derived from it that
-/// external agents' challenges are made with (shared, as it is, by the managers of a database).
+/// The key that seals and opens provider secrets, and the MAC keys derived from it that
+/// external agents' challenges and app passes are made with (shared, as it is, by the managers
+/// of a database).
 pub struct SecretKey {
     cipher: XChaCha20Poly1305,
     challenges: ring::hmac::Key,
+    app_passes: ring::hmac::Key,
 }
 
 /// What the challenges' MAC key is derived for: a key of its own, never the sealing key itself.
 const CHALLENGES_PURPOSE: &[u8] = b"corral: the MAC key of external agents' challenges, v1";
+/// What the app passes' MAC key is derived for (`crate::apps::pass`).
+const APP_PASSES_PURPOSE: &[u8] = b"corral: the MAC key of app passes, v1";
 
 impl fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -140,9 +144,15 @@ impl SecretKey {
         let cipher = XChaCha20Poly1305::new_from_slice(&bytes)
             .map_err(|_| bad(format!("not {KEY_LEN} bytes")))?;
         let master = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes);
-        let derived = ring::hmac::sign(&master, CHALLENGES_PURPOSE);
-        let challenges = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref());
-        Ok(SecretKey { cipher, challenges })
+        let derive = |purpose: &[u8]| {
+            let derived = ring::hmac::sign(&master, purpose);
+            ring::hmac::Key::new(ring::hmac::HMAC_SHA256, derived.as_ref())
+        };
+        Ok(SecretKey {
+            cipher,
+            challenges: derive(CHALLENGES_PURPOSE),
+            app_passes: derive(APP_PASSES_PURPOSE),
+        })
     }
 
     /// The MAC (HMAC-SHA256) of `message` under the challenges' key.
@@ -153,6 +163,16 @@ impl SecretKey {
     /// Whether `tag` is `message`'s MAC under the challenges' key (compared in constant time).
     pub fn challenge_mac_holds(&self, message: &[u8], tag: &[u8]) -> bool {
         ring::hmac::verify(&self.challenges, message, tag).is_ok()
+    }
+
+    /// The MAC (HMAC-SHA256) of `message` under the app passes' key.
+    pub fn app_pass_mac(&self, message: &[u8]) -> ring::hmac::Tag {
+        ring::hmac::sign(&self.app_passes, message)
+    }
+
+    /// Whether `tag` is `message`'s MAC under the app passes' key (in constant time).
+    pub fn app_pass_mac_holds(&self, message: &[u8], tag: &[u8]) -> bool {
+        ring::hmac::verify(&self.app_passes, message, tag).is_ok()
     }
 
     /// `enc:v1:<base64>`, with a fresh random nonce.

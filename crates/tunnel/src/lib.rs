@@ -7,11 +7,13 @@
 //! transport of binary messages; [`Open`] says what a stream reaches.
 
 pub mod frame;
+mod io;
 mod mux;
 mod open;
 mod stream;
 
 pub use frame::{Frame, FrameError, Kind};
+pub use io::{bridge, into_io};
 pub use mux::{Accepted, Keepalive, Side, Tunnel, KEEPALIVE_ENV};
 pub use open::{Exec, Open, Target};
 pub use stream::{Closed, Stream, StreamReader, StreamWriter, MAX_CHUNK, WINDOW};

@@ -35,6 +35,11 @@ impl Api {
         Ok(Api { client })
     }
 
+    /// The manager's URL, as configured.
+    pub fn server(&self) -> &str {
+        self.client.server()
+    }
+
     pub async fn get(&self, path: &[&str], query: &[(&str, Option<String>)]) -> Result<Reply> {
         reply(self.client.get(path, query).await)
     }

@@ -9,6 +9,7 @@
 //! `session/forward.rs` forwards a local port to it (`port-forward`), both through
 //! `session/wire.rs`, the messages of their WebSockets.
 
+mod apps;
 mod arrays;
 mod cancel;
 mod exec;
@@ -27,6 +28,7 @@ use clap::Subcommand;
 use super::http::Api;
 use super::Out;
 use crate::Output;
+use apps::AppsArgs;
 use exec::ExecArgs;
 use forward::ForwardArgs;
 pub(crate) use inputs::{input_names, upload_inputs};
@@ -106,6 +108,9 @@ pub enum Command {
     /// Forward a local port to a port of a running session, until Ctrl-C: each connection
     /// gets its own stream to the session.
     PortForward(ForwardArgs),
+    /// The apps a session serves (`--app` at submit), with the URL of each HTTP app; --login
+    /// makes each a link that logs a browser in.
+    Apps(AppsArgs),
 }
 
 /// Runs one `corral session` subcommand; `run` and `wait` exit with the session's exit code,
@@ -140,5 +145,6 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
         Command::Exec(args) => std::process::exit(exec::exec(api, args).await?),
         Command::Shell { id } => std::process::exit(exec::shell(api, &id).await?),
         Command::PortForward(args) => forward::port_forward(api, args).await,
+        Command::Apps(args) => apps::apps(api, args).await,
     }
 }

@@ -25,12 +25,6 @@ fn fails(out: Output) -> String {
     text(&out.stderr)
 }
 
-fn user_token(c: &Cluster, user: &str) -> String {
-    let created: Value =
-        serde_json::from_str(&ok(c.cli(&["token", "create", user, "-o", "json"]))).unwrap();
-    created["token"].as_str().unwrap().to_string()
-}
-
 /// The id `corral batch submit` printed.
 fn submitted(out: Output) -> String {
     let line = ok(out);
@@ -119,8 +113,8 @@ fn slurm_through_the_cli_each_user_sees_and_acts_on_their_own_jobs() {
     let Some(nodes) = bound else {
         return;
     };
-    let alice = user_token(&c, "alice");
-    let bob = user_token(&c, "bob");
+    let alice = c.user_token("alice");
+    let bob = c.user_token("bob");
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().to_str().unwrap();
     std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
@@ -418,8 +412,8 @@ fn grid_engine_through_the_cli() {
         "Grid Engine (.ci/gridengine.sh)",
     );
     let Some(_) = bound else { return };
-    let alice = user_token(&c, "alice");
-    let bob = user_token(&c, "bob");
+    let alice = c.user_token("alice");
+    let bob = c.user_token("bob");
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().to_str().unwrap();
     use std::os::unix::fs::PermissionsExt;

@@ -13,12 +13,6 @@ use std::process::{Command, Stdio};
 use common::{ok, text, Cluster};
 use serde_json::{json, Value};
 
-fn user_token(c: &Cluster, user: &str) -> String {
-    let created: Value =
-        serde_json::from_str(&ok(c.cli(&["token", "create", user, "-o", "json"]))).unwrap();
-    created["token"].as_str().unwrap().to_string()
-}
-
 /// Group `g` bound to the test Slurm, its jobs run as `corral-batch` and staged under `stage`;
 /// `None` (skipped) when Slurm does not answer here.
 fn bind(c: &Cluster, stage: &std::path::Path) -> Option<()> {
@@ -99,7 +93,7 @@ fn a_jobs_outputs_are_streamed_under_a_cap_and_listed_to_a_bound() {
     if bind(&c, stage.path()).is_none() {
         return;
     }
-    let alice = user_token(&c, "alice");
+    let alice = c.user_token("alice");
     // Sparse files: 300 MiB over the 256 MiB served, 200 MiB under; and 10,001 files.
     let script = "truncate -s 300M big.bin && truncate -s 200M ok.bin && mkdir many && \
                   cd many && seq 10001 | xargs touch";
@@ -192,7 +186,7 @@ fn a_user_cannot_name_a_job_like_a_pilot_nor_break_its_header() {
     if bind(&c, stage.path()).is_none() {
         return;
     }
-    let alice = user_token(&c, "alice");
+    let alice = c.user_token("alice");
     // A pilot's name: refused, naming the field.
     let (status, body) = submit(
         &c,

@@ -15,9 +15,7 @@ use serde_json::Value;
 fn running(c: &Cluster, command: &[&str]) -> (Proc, String, String) {
     ok(c.cli(&["group", "create", "g"]));
     let agent = c.agent("a1", "g", "cpu=2");
-    let created: Value =
-        serde_json::from_str(&ok(c.cli(&["token", "create", "alice", "-o", "json"]))).unwrap();
-    let alice = created["token"].as_str().unwrap().to_string();
+    let alice = c.user_token("alice");
     let out = c.as_user(
         &alice,
         &[
@@ -158,9 +156,7 @@ fn exec_keeps_stdin_stdout_stderr_and_the_exit_code_apart() {
 fn only_the_owner_and_admins_reach_a_session_and_only_while_it_runs() {
     let c = Cluster::start(60);
     let (_agent, id, _alice) = running(&c, &["sleep", "600"]);
-    let created: Value =
-        serde_json::from_str(&ok(c.cli(&["token", "create", "bob", "-o", "json"]))).unwrap();
-    let bob = created["token"].as_str().unwrap();
+    let bob = &c.user_token("bob");
 
     let out = c.as_user(bob, &["session", "exec", &id, "--", "true"]);
     assert!(!out.status.success());

@@ -8,6 +8,7 @@ mod common;
 
 mod agent;
 mod agent_update;
+mod apps;
 mod arrays_api;
 mod aws;
 mod batch;

@@ -231,6 +231,11 @@ impl Cluster {
         self.as_user_in(token, self.dir.path(), args)
     }
 
+    /// A new token of the user `user` (the secret alone).
+    pub fn user_token(&self, user: &str) -> String {
+        ok(self.cli(&["token", "create", user])).trim().to_string()
+    }
+
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
         serde_json::from_slice(&self.cli(args).stdout).unwrap_or_default()
     }

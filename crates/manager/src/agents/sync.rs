@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::Json;
+use corral_api::apps::{app_path, prefix_variable, AppProtocol};
 use corral_api::protocol::*;
 use corral_core::{AgentState, OnAgentLost, SessionState, Slots, Timestamp};
 use corral_store::{Heard, NewEvent, SessionFilter};
@@ -348,12 +349,17 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
         if !missing.is_empty() {
             continue;
         }
+        // Each HTTP app is told where the manager serves it, to take as its base URL.
+        let mut environment = spec.environment;
+        for a in spec.apps.iter().filter(|a| a.protocol == AppProtocol::Http) {
+            environment.insert(prefix_variable(&a.name), app_path(&r.session.id.0, &a.name));
+        }
         assignments.push(Assignment {
             id: r.session.id.0,
             kind: r.session.kind,
             image: r.session.image,
             command: spec.command,
-            environment: spec.environment,
+            environment,
             inputs: spec.inputs,
             outputs: spec.outputs,
             allocation: r.allocation.unwrap_or_else(Slots::new),

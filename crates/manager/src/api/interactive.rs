@@ -21,10 +21,11 @@ use futures_util::{SinkExt, StreamExt};
 #[cfg(feature = "openapi")]
 use super::openapi::ErrorResponse;
 use super::Result;
-use crate::api::sessions::own_session;
+use crate::api::sessions::{own_session, Spec};
 use crate::auth::{AgentCaller, Caller};
 use crate::error::ApiError;
 use crate::{now, App};
+use corral_api::apps::AppPort;
 
 /// How long a user has to send the command after the WebSocket opened.
 const OPEN_WITHIN: Duration = Duration::from_secs(30);
@@ -107,16 +108,18 @@ fn binary(
     (incoming, outgoing)
 }
 
-/// A running session within reach: its group, its agent and the agent's tunnel.
-struct Reached {
-    id: String,
-    group: String,
-    agent: String,
-    tunnel: Tunnel,
+/// A running session within reach: its owner, group, agent and apps, and the agent's tunnel.
+pub(super) struct Reached {
+    pub id: String,
+    pub owner: String,
+    pub group: String,
+    pub agent: String,
+    pub apps: Vec<AppPort>,
+    pub tunnel: Tunnel,
 }
 
 /// The running session's agent's tunnel, for its owner or an admin.
-async fn reach(app: &App, caller: &Caller, id: &str) -> Result<Reached> {
+pub(super) async fn reach(app: &App, caller: &Caller, id: &str) -> Result<Reached> {
     let record = own_session(app, caller, id).await?;
     let session = &record.session;
     let conflict = |message: String| ApiError::new(StatusCode::CONFLICT, "conflict", message);
@@ -142,9 +145,12 @@ async fn reach(app: &App, caller: &Caller, id: &str) -> Result<Reached> {
             agent.0
         ))
     })?;
+    let spec: Spec = serde_json::from_value(record.spec.clone()).unwrap_or_default();
     Ok(Reached {
         id: id.to_string(),
+        owner: session.owner.clone(),
         group: session.group.clone(),
+        apps: spec.apps,
         agent: agent.0.clone(),
         tunnel,
     })

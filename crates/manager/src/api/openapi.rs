@@ -101,6 +101,8 @@ pub static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         super::sessions::cancel,
         super::interactive::exec,
         super::interactive::forward,
+        super::apps::list,
+        super::apps::login,
         super::arrays::list_arrays,
         super::arrays::get_array,
         super::arrays::cancel_array,

@@ -90,6 +90,7 @@ fn check_submit(b: &NewSession) -> Result<()> {
         }
         check_no_nul(&format!("environment.{key}"), value)?;
     }
+    corral_api::apps::check_apps(&b.apps).map_err(|e| ApiError::invalid("apps", e.to_string()))?;
     Ok(())
 }
 
@@ -141,6 +142,7 @@ pub(super) async fn submit(
         inputs: b.inputs,
         outputs: b.outputs,
         environment: b.environment,
+        apps: b.apps,
     };
     if let Some(range) = &array {
         super::arrays::check_array(range, &spec)?;

@@ -44,32 +44,7 @@ pub async fn form() -> Response {
 
 /// The token in the request's cookie, if any.
 pub fn token_in(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.to_string())
-        .filter(|v| !v.is_empty())
-}
-
-/// A form posted from another site is refused: the browser says where it came from
-/// (`Sec-Fetch-Site`, or else `Origin`); a client that says neither is no browser.
-fn same_origin(headers: &HeaderMap) -> bool {
-    if let Some(site) = headers.get("sec-fetch-site") {
-        return matches!(site.as_bytes(), b"same-origin" | b"none");
-    }
-    match (headers.get(header::ORIGIN), headers.get(header::HOST)) {
-        (Some(origin), Some(host)) => origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.split_once("://"))
-            .is_some_and(|(_, rest)| rest.as_bytes() == host.as_bytes()),
-        (Some(_), None) => false,
-        _ => true,
-    }
+    crate::cookies::value(headers, COOKIE).filter(|v| !v.is_empty())
 }
 
 fn cookie(app: &App, value: &str, max_age: u64) -> HeaderValue {
@@ -88,7 +63,7 @@ pub fn cleared(app: &App, mut response: Response) -> Response {
 }
 
 pub async fn log_in(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Response {
-    if !same_origin(&headers) {
+    if !crate::origin::same_origin(&headers) {
         return html(
             StatusCode::FORBIDDEN,
             form_page(Some("this form was sent from another site")),
@@ -131,7 +106,7 @@ pub async fn log_in(State(app): State<App>, headers: HeaderMap, body: Bytes) -> 
 }
 
 pub async fn log_out(State(app): State<App>, headers: HeaderMap) -> Response {
-    if !same_origin(&headers) {
+    if !crate::origin::same_origin(&headers) {
         return html(
             StatusCode::FORBIDDEN,
             form_page(Some("this form was sent from another site")),
@@ -154,28 +129,5 @@ mod tests {
         assert_eq!(token_in(&h).as_deref(), Some("corral_abc"));
         h.insert(header::COOKIE, HeaderValue::from_static("corral_ui="));
         assert_eq!(token_in(&h), None);
-    }
-
-    #[test]
-    fn a_form_from_another_site_is_told_apart() {
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("corral:8470"));
-        assert!(same_origin(&h));
-        h.insert(
-            header::ORIGIN,
-            HeaderValue::from_static("http://corral:8470"),
-        );
-        assert!(same_origin(&h));
-        h.insert(
-            header::ORIGIN,
-            HeaderValue::from_static("https://evil.example"),
-        );
-        assert!(!same_origin(&h));
-        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
-        assert!(!same_origin(&h));
-        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
-        assert!(!same_origin(&h));
-        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
-        assert!(same_origin(&h));
     }
 }

@@ -28,7 +28,7 @@ use crate::error::ApiError;
 use crate::App;
 
 /// The cookie that holds the token.
-const COOKIE: &str = "corral_ui";
+pub(crate) const COOKIE: &str = "corral_ui";
 /// What the pages may load: their own scripts and styles, nothing from elsewhere, never framed.
 const CSP: &str = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; \
                    frame-ancestors 'none'; form-action 'self'; base-uri 'none'";
@@ -43,6 +43,7 @@ pub fn routes() -> Router<App> {
         .route("/ui/sessions/{id}", get(session::page))
         .route("/ui/sessions/{id}/logs/{stream}", get(session::log))
         .route("/ui/sessions/{id}/outputs/{*path}", get(session::output))
+        .route("/ui/sessions/{id}/apps/{app}", get(session::open_app))
         .route("/ui/static/style.css", get(style))
         .route("/ui/static/app.js", get(script))
 }

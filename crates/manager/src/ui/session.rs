@@ -1,15 +1,18 @@
-//! A session's page: what it is, its history, its logs (followed by `app.js` while it runs) and
-//! its outputs. Its owner and admins only, as in the API.
+//! A session's page: what it is, its apps (links for its owner while it runs), its history,
+//! its logs (followed by `app.js` while it runs) and its outputs. Its owner and admins only,
+//! as in the API.
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Redirect};
+use corral_core::SessionState;
 use maud::html;
 use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 use serde::Deserialize;
 
-use super::layout;
 use super::{html, PageResult, Viewer};
+use super::{layout, login};
+use crate::error::ApiError;
 use crate::extract::Query;
 use crate::App;
 
@@ -55,6 +58,10 @@ pub async fn page(
                 .join(" ")
         })
         .unwrap_or_default();
+    let spec: crate::api::Spec = serde_json::from_value(record.spec.clone()).unwrap_or_default();
+    let apps = crate::api::app_views(&s.id.0, spec.apps);
+    // A browser opens an app for its session's owner alone (see `crate::api::apps`).
+    let openable = s.state == SessionState::Running && viewer.user == s.owner;
     let body = html! {
         h1 { "Session " (s.id.0) }
         table.fields #fields {
@@ -69,6 +76,25 @@ pub async fn page(
             @if let Some(reason) = &record.wait_reason { tr { th { "Why it waits" } td.wait-reason { (reason) } } }
             @if let Some(reason) = &record.end_reason { tr { th { "Why it ended" } td { (reason) } } }
             @if let Some(code) = record.exit_code { tr { th { "Exit code" } td #exit-code { (code) } } }
+        }
+        @if !apps.is_empty() {
+            h2 { "Apps" }
+            ul #apps {
+                @for a in &apps {
+                    li {
+                        @if let (true, Some(_)) = (openable, &a.path) {
+                            a href=(format!("/ui/sessions/{}/apps/{}", s.id.0, a.app.name))
+                              target="_blank" rel="noopener" { (a.app.name) }
+                        } @else {
+                            (a.app.name)
+                        }
+                        " (" (a.app.protocol) " port " (a.app.port) ")"
+                        @if a.path.is_none() {
+                            " — " code { "corral session port-forward " (s.id.0) " " (a.app.port) }
+                        }
+                    }
+                }
+            }
         }
         h2 { "History" }
         table #session-history {
@@ -160,4 +186,24 @@ pub async fn output(
         HeaderValue::from_static("attachment"),
     );
     Ok(response)
+}
+
+/// An app's link on the session's page: a pass for the viewer's log-in, and on to the app.
+pub async fn open_app(
+    State(app): State<App>,
+    Viewer(viewer): Viewer,
+    headers: axum::http::HeaderMap,
+    Path((id, name)): Path<(String, String)>,
+) -> PageResult {
+    let record = crate::api::own_session(&app, &viewer, &id).await?;
+    if record.session.owner != viewer.user {
+        return Err(ApiError::forbidden(format!(
+            "session {id} belongs to {}: in a browser, an app opens for its session's owner only",
+            record.session.owner
+        ))
+        .into());
+    }
+    let token = login::token_in(&headers).unwrap_or_default();
+    let path = crate::api::app_login_path(&app, &id, &name, &crate::auth::hash(&token));
+    Ok(Redirect::to(&path).into_response())
 }

@@ -3,6 +3,7 @@
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+use corral_api::apps::AppPort;
 use corral_api::sessions::{NewSession, Submitted};
 use corral_core::devices::Request;
 use corral_core::{ArrayRange, Slots};
@@ -34,6 +35,11 @@ pub struct SubmitArgs {
     /// Higher runs first under the priority scheduler (-1000 to 1000).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     priority: Option<i32>,
+    /// A port the session serves, by name: NAME=PORT for an HTTP app the manager serves at
+    /// /apps/SESSION/NAME/ (the session learns that path as CORRAL_APP_<NAME>_PREFIX), or
+    /// NAME=tcp:PORT for one `session port-forward` reaches; repeat for more.
+    #[arg(long = "app", value_name = "NAME=PORT")]
+    apps: Vec<AppPort>,
     /// An environment variable of the session; repeat for more.
     #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
     env: Vec<(String, String)>,
@@ -74,6 +80,11 @@ pub struct RunArgs {
     /// The slots the session needs (and device constraints, as `session submit` takes them).
     #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
     request: Request,
+    /// A port the session serves, by name: NAME=PORT for an HTTP app the manager serves at
+    /// /apps/SESSION/NAME/ (the session learns that path as CORRAL_APP_<NAME>_PREFIX), or
+    /// NAME=tcp:PORT for one `session port-forward` reaches; repeat for more.
+    #[arg(long = "app", value_name = "NAME=PORT")]
+    apps: Vec<AppPort>,
     /// An environment variable of the session; repeat for more.
     #[arg(long = "env", value_name = "K=V", value_parser = key_value)]
     env: Vec<(String, String)>,
@@ -111,6 +122,7 @@ pub(super) async fn run_and_exit(api: &Api, args: RunArgs) -> Result<()> {
         group,
         image,
         request,
+        apps,
         env,
         inputs,
         outputs,
@@ -128,6 +140,7 @@ pub(super) async fn run_and_exit(api: &Api, args: RunArgs) -> Result<()> {
         environment: env.into_iter().collect(),
         inputs: input_names(&inputs)?,
         outputs,
+        apps,
         ..NewSession::default()
     };
     let json = matches!(format, Output::Json);
@@ -147,6 +160,7 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
         image,
         request,
         priority,
+        apps,
         env,
         inputs,
         outputs,
@@ -169,6 +183,7 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
         outputs,
         environment: env.into_iter().collect(),
         constraints: request.constraints.clone(),
+        apps,
         array,
     };
     let body = json(&body)?;
