@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
 use crate::common;
-use common::{ok, text, Cluster, Proc};
+use common::{browser_available, ok, python, text, Cluster, Proc};
 use serde_json::Value;
 
 /// The app: answers every request with what it saw (path, the headers that matter, its prefix
@@ -330,4 +330,99 @@ fn a_browser_gets_in_with_a_links_pass_and_nobody_else_does() {
 
     let events = ok(c.cli(&["events", "--session", &id]));
     assert!(events.contains("alice opened app web"), "{events}");
+}
+
+/// The notebook the session writes before JupyterLab starts: one cell whose value is computed.
+const NOTEBOOK: &str = r#"{"cells": [{"cell_type": "code", "execution_count": null, "id": "c1",
+"metadata": {}, "outputs": [], "source": ["print(sum(i * i for i in range(2000)))"]}],
+"metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+"nbformat": 4, "nbformat_minor": 5}"#;
+
+#[test]
+fn jupyterlab_runs_a_cell_in_a_browser_through_the_managers_proxy() {
+    let needs = || -> Result<(), String> {
+        browser_available()?;
+        let jupyter = std::process::Command::new(python())
+            .args(["-c", "import jupyterlab, ipykernel"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        jupyter.then_some(()).ok_or_else(|| {
+            format!(
+                "JupyterLab ({} -c 'import jupyterlab, ipykernel')",
+                python()
+            )
+        })
+    };
+    if corral_testkit::require_ok(
+        "a browser and JupyterLab (apt-get install chromium chromium-driver; pip install selenium jupyterlab)",
+        needs(),
+    )
+    .is_none()
+    {
+        return;
+    }
+    let c = Cluster::start(60);
+    ok(c.cli(&["group", "create", "g"]));
+    let _agent = c.agent("a1", "g", "cpu=2");
+    let alice = c.user_token("alice");
+    let port = common::free_port();
+    // The interpreter itself: a session's environment is its own (a version manager's shim
+    // may pick another Python there).
+    let executable = ok(std::process::Command::new(python())
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap());
+    let start = format!(
+        "cat > check.ipynb <<'EOF'\n{NOTEBOOK}\nEOF\n\
+         exec {} -m jupyterlab --no-browser --port {port} --ip 127.0.0.1 \
+         --ServerApp.base_url=\"$CORRAL_APP_JUPYTER_PREFIX\" --IdentityProvider.token= \
+         --ServerApp.allow_remote_access=True --ServerApp.root_dir=. --allow-root",
+        executable.trim()
+    );
+    let app = format!("jupyter={port}");
+    let out = c.as_user(
+        &alice,
+        &[
+            "session", "submit", "--group", "g", "--app", &app, "--", "sh", "-c", &start,
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    let bearer = format!("Bearer {alice}");
+    c.until_for(120, "JupyterLab to answer through the manager", || {
+        let answer = get(
+            &c,
+            &format!("/apps/{id}/jupyter/api/status"),
+            &[("Authorization", &bearer)],
+        );
+        (answer.status == 200).then_some(())
+    });
+
+    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jupyter");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/jupyter.py");
+    let expected: u64 = (0..2000u64).map(|i| i * i).sum();
+    let out = std::process::Command::new(python())
+        .arg(&script)
+        .env("DASHBOARD_URL", c.url())
+        .env("ALICE_TOKEN", &alice)
+        .env("SESSION", &id)
+        .env("EXPECTED", expected.to_string())
+        .env("ARTIFACTS", &artifacts)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the browser test failed (screenshots in {}):\nstdout: {}\nstderr: {}",
+        artifacts.display(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let report = text(&out.stdout);
+    assert!(
+        report.contains(&format!("the cell printed {expected}")),
+        "{report}"
+    );
+    let events = ok(c.cli(&["events", "--session", &id]));
+    assert!(events.contains("alice opened app jupyter"), "{events}");
 }

@@ -9,28 +9,6 @@ use std::process::Command;
 
 use common::*;
 
-/// The Python with Selenium: `CORRAL_TEST_PYTHON`, else `python3`.
-fn python() -> String {
-    std::env::var("CORRAL_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string())
-}
-
-fn browser_available() -> Result<(), String> {
-    for (what, command, args) in [
-        ("chromium", "chromium", &["--version"][..]),
-        ("chromedriver", "chromedriver", &["--version"][..]),
-        ("Selenium", &python(), &["-c", "import selenium"][..]),
-    ] {
-        let ok = Command::new(command)
-            .args(args)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !ok {
-            return Err(format!("{what} ({command} {})", args.join(" ")));
-        }
-    }
-    Ok(())
-}
-
 #[test]
 fn the_dashboard_shows_groups_agents_queue_timeline_and_logs_in_a_browser() {
     if corral_testkit::require_ok(

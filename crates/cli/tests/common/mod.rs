@@ -334,3 +334,25 @@ pub fn docker_available() -> bool {
 pub fn docker_and_busybox_available() -> bool {
     docker_available() && corral_testkit::require_busybox()
 }
+
+/// The Python with Selenium (and Jupyter): `CORRAL_TEST_PYTHON`, else `python3`.
+pub fn python() -> String {
+    std::env::var("CORRAL_TEST_PYTHON").unwrap_or_else(|_| "python3".to_string())
+}
+
+pub fn browser_available() -> Result<(), String> {
+    for (what, command, args) in [
+        ("chromium", "chromium", &["--version"][..]),
+        ("chromedriver", "chromedriver", &["--version"][..]),
+        ("Selenium", &python(), &["-c", "import selenium"][..]),
+    ] {
+        let ok = Command::new(command)
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return Err(format!("{what} ({command} {})", args.join(" ")));
+        }
+    }
+    Ok(())
+}
