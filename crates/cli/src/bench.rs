@@ -74,8 +74,10 @@ pub enum Target {
     },
     /// Interactive sessions through `corral dev`, each beside the same traffic sent directly:
     /// a forwarded port's throughput (an echo server in the session, SHA-256 checked), a
-    /// keystroke's round trip through `session exec -- cat`, and terminals held at once with
-    /// the child's CPU. Needs python3 (the session's echo server).
+    /// keystroke's round trip through `session exec -- cat`, terminals held at once with the
+    /// child's CPU, and an app's HTTP requests and WebSocket messages through the manager's
+    /// proxy (10 clients), with the latency it adds at 100 requests/s. Needs python3 (the
+    /// session's echo server).
     Interactive {
         /// MiB sent through the forwarded port (and echoed back).
         #[arg(long, default_value_t = 1024)]
@@ -86,6 +88,9 @@ pub enum Target {
         /// Terminals held open at once.
         #[arg(long, default_value_t = 1000)]
         terminals: usize,
+        /// Seconds each app throughput is measured for (requests, then WebSocket messages).
+        #[arg(long, default_value_t = 5.0)]
+        app_seconds: f64,
     },
     /// The dashboard: its group page, overview and a session page with thousands of agents and
     /// sessions in the store (median time to the whole page); SQLite always, PostgreSQL with
@@ -194,12 +199,14 @@ pub fn run(target: Target) -> Result<()> {
             megabytes,
             keystrokes,
             terminals,
+            app_seconds,
         } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(crate::bench_interactive::run(
                 megabytes.max(1),
                 keystrokes.max(1),
                 terminals,
+                app_seconds.clamp(0.5, 600.0),
             ))
         }
         Target::Ha {

@@ -22,7 +22,12 @@ use crate::client::config::load_client_config_from;
 /// The session's echo server (one connection at a time), on the port given.
 const ECHO: &str = "import socket,sys\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\ns.bind(('127.0.0.1',int(sys.argv[1])))\ns.listen()\nwhile True:\n  c,_=s.accept()\n  while True:\n    b=c.recv(1<<20)\n    if not b: break\n    c.sendall(b)\n  c.close()\n";
 
-pub async fn run(megabytes: u64, keystrokes: usize, terminals: usize) -> Result<()> {
+pub async fn run(
+    megabytes: u64,
+    keystrokes: usize,
+    terminals: usize,
+    app_seconds: f64,
+) -> Result<()> {
     let dir = tempfile::tempdir().context("temporary directory")?;
     let config = dir.path().join("config.toml");
     let dev = Dev::start(dir.path(), &config)?;
@@ -37,7 +42,7 @@ pub async fn run(megabytes: u64, keystrokes: usize, terminals: usize) -> Result<
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let id = submit(&config, &["python3", "-c", ECHO, &port.to_string()])?;
+    let id = submit(&config, &["--", "python3", "-c", ECHO, &port.to_string()])?;
 
     let bytes = megabytes << 20;
     let forward = PortForward::start(&config, &id, port)?;
@@ -61,14 +66,18 @@ pub async fn run(megabytes: u64, keystrokes: usize, terminals: usize) -> Result<
     let (held, cpu) = held_terminals(&client, &id, terminals, dev.pid()).await?;
     println!("terminals_held {held}");
     println!("terminals_held_cpu_percent {cpu:.1} %");
-    Ok(())
+
+    let server = client.server().to_string();
+    let submit_app = |args: &[&str]| submit(&config, args);
+    crate::bench_apps::run(submit_app, &server, client.token(), app_seconds, keystrokes).await
 }
 
-/// Submits a session and waits (set-up, not measured) until it runs.
-fn submit(config: &Path, command: &[&str]) -> Result<String> {
+/// Submits a session (`args`: flags, `--`, the command) and waits (set-up, not measured)
+/// until it runs.
+fn submit(config: &Path, args: &[&str]) -> Result<String> {
     let out = corral(config)
-        .args(["session", "submit", "--"])
-        .args(command)
+        .args(["session", "submit"])
+        .args(args)
         .output()?;
     if !out.status.success() {
         bail!("submit: {}", String::from_utf8_lossy(&out.stderr));

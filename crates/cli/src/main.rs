@@ -3,6 +3,7 @@
 mod bench;
 mod bench_agent;
 mod bench_api;
+mod bench_apps;
 mod bench_batch;
 mod bench_ha;
 mod bench_interactive;

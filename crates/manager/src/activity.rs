@@ -13,13 +13,17 @@ const RESOLUTION: Duration = Duration::from_secs(5);
 pub struct Activity(Mutex<Written>);
 
 impl Activity {
-    /// Someone used `session`: record it unless recorded within the last `RESOLUTION`.
-    pub async fn touch(&self, store: &Store, session: &str) {
+    /// Someone used `session`: record it unless recorded within the last `RESOLUTION`. The
+    /// write runs on its own, so that a keystroke or an app's request never waits for it.
+    pub fn touch(&self, store: &Store, session: &str) {
         let due = (self.0.lock().unwrap_or_else(|p| p.into_inner())).due(session, Instant::now());
         if due {
-            if let Err(e) = store.touch_session(session, crate::now()).await {
-                tracing::warn!(session, error = %e, "could not record activity");
-            }
+            let (store, session) = (store.clone(), session.to_string());
+            tokio::spawn(async move {
+                if let Err(e) = store.touch_session(&session, crate::now()).await {
+                    tracing::warn!(session, error = %e, "could not record activity");
+                }
+            });
         }
     }
 }

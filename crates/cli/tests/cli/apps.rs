@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
 use crate::common;
-use common::{browser_available, ok, python, text, Cluster, Proc};
+use common::{browser_available, ok, python, text, Cluster};
 use serde_json::Value;
 
 /// The app: answers every request with what it saw (path, the headers that matter, its prefix
@@ -105,10 +105,9 @@ fn get(c: &Cluster, path: &str, headers: &[(&str, &str)]) -> Answer {
     }
 }
 
-/// Alice's session serving [`APP`] as `web` (and a tcp app `db`), once it answers.
-fn serving(c: &Cluster) -> (Proc, String, String) {
-    ok(c.cli(&["group", "create", "g"]));
-    let agent = c.agent("a1", "g", "cpu=2");
+/// Alice's session in `group` (which has an agent) serving [`APP`] as `web` (and a tcp app
+/// `db`), once it answers; her token.
+fn serving(c: &Cluster, group: &str) -> (String, String) {
     let alice = c.user_token("alice");
     let port = common::free_port();
     let web = format!("web={port}");
@@ -118,7 +117,9 @@ fn serving(c: &Cluster) -> (Proc, String, String) {
             "session",
             "submit",
             "--group",
-            "g",
+            group,
+            "--type",
+            "interactive",
             "--app",
             &web,
             "--app",
@@ -141,13 +142,39 @@ fn serving(c: &Cluster) -> (Proc, String, String) {
         );
         (answer.status == 200).then_some(())
     });
-    (agent, id, alice)
+    (id, alice)
+}
+
+/// `GET .../echo` upgraded to the app's raw echo through the manager, once the answer's head is
+/// read: the connection, or why not.
+fn upgrade(c: &Cluster, id: &str, bearer: &str) -> Result<BufReader<TcpStream>, String> {
+    let mut tcp = TcpStream::connect(("127.0.0.1", c.port)).map_err(|e| e.to_string())?;
+    write!(
+        tcp,
+        "GET /apps/{id}/web/echo HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: Upgrade\r\n\
+         Upgrade: echo\r\nAuthorization: {bearer}\r\n\r\n",
+        c.port
+    )
+    .map_err(|e| e.to_string())?;
+    let mut reader = BufReader::new(tcp);
+    let mut line = String::new();
+    reader.read_line(&mut line).map_err(|e| e.to_string())?;
+    if !line.starts_with("HTTP/1.1 101") {
+        return Err(line);
+    }
+    while line != "\r\n" {
+        line.clear();
+        reader.read_line(&mut line).map_err(|e| e.to_string())?;
+    }
+    Ok(reader)
 }
 
 #[test]
 fn an_http_app_is_served_under_its_path_without_the_managers_credentials() {
     let c = Cluster::start(60);
-    let (_agent, id, alice) = serving(&c);
+    ok(c.cli(&["group", "create", "g"]));
+    let _agent = c.agent("a1", "g", "cpu=2");
+    let (id, alice) = serving(&c, "g");
     let bearer = format!("Bearer {alice}");
 
     let listed = ok(c.as_user(&alice, &["session", "apps", &id]));
@@ -191,22 +218,8 @@ fn an_http_app_is_served_under_its_path_without_the_managers_credentials() {
     );
 
     // An upgrade, carried both ways.
-    let mut tcp = TcpStream::connect(("127.0.0.1", c.port)).unwrap();
-    write!(
-        tcp,
-        "GET /apps/{id}/web/echo HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: Upgrade\r\n\
-         Upgrade: echo\r\nAuthorization: {bearer}\r\n\r\n",
-        c.port
-    )
-    .unwrap();
-    let mut reader = BufReader::new(tcp.try_clone().unwrap());
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert!(line.starts_with("HTTP/1.1 101"), "{line}");
-    while line != "\r\n" {
-        line.clear();
-        reader.read_line(&mut line).unwrap();
-    }
+    let mut reader = upgrade(&c, &id, &bearer).unwrap();
+    let tcp = reader.get_ref().try_clone().unwrap();
     let payload: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
     let sender = {
         let mut tcp = tcp.try_clone().unwrap();
@@ -238,7 +251,9 @@ fn an_http_app_is_served_under_its_path_without_the_managers_credentials() {
 #[test]
 fn a_browser_gets_in_with_a_links_pass_and_nobody_else_does() {
     let c = Cluster::start(60);
-    let (_agent, id, alice) = serving(&c);
+    ok(c.cli(&["group", "create", "g"]));
+    let _agent = c.agent("a1", "g", "cpu=2");
+    let (id, alice) = serving(&c, "g");
     let bob = c.user_token("bob");
     let path = format!("/apps/{id}/web/");
 
@@ -425,4 +440,31 @@ fn jupyterlab_runs_a_cell_in_a_browser_through_the_managers_proxy() {
     );
     let events = ok(c.cli(&["events", "--session", &id]));
     assert!(events.contains("alice opened app jupyter"), "{events}");
+}
+
+#[test]
+fn traffic_on_an_apps_websocket_keeps_it_from_the_idle_policy_and_silence_does_not() {
+    let c = Cluster::start(60);
+    let _agent = c.idle_group("idle", 8, "i1");
+    let (id, alice) = serving(&c, "idle");
+    let bearer = format!("Bearer {alice}");
+    let mut upgraded = upgrade(&c, &id, &bearer).unwrap();
+    // Someone at the notebook: a message a second on its WebSocket (the pauses are the test's
+    // input, not a wait for something to happen).
+    for _ in 0..16 {
+        upgraded.get_mut().write_all(b"x").unwrap();
+        let mut back = [0u8; 1];
+        upgraded.read_exact(&mut back).unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        assert_eq!(c.listed(&id)["state"], "running", "ended while in use");
+    }
+    drop(upgraded);
+    let ended = c.until_for(60, "the unused session ends", || {
+        let s = c.listed(&id);
+        (s["state"] == "cancelled").then_some(s)
+    });
+    assert_eq!(
+        ended["end_reason"],
+        "ended by the group's policy: idle for 8 s"
+    );
 }

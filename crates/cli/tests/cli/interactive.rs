@@ -45,14 +45,26 @@ fn running(c: &Cluster, command: &[&str]) -> (Proc, String, String) {
     (agent, id, alice)
 }
 
-/// `corral session port-forward ID 0:PORT` as the user of `token`, and the local port it says
-/// it listens on (its one line, checked whole).
+/// Alice's session running an echo server (one connection at a time) on the port returned.
+fn echoing(c: &Cluster) -> (Proc, String, String, u16) {
+    let port = common::free_port();
+    let server = format!(
+        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+         s.bind(('127.0.0.1',{port}))\ns.listen()\n\
+         while True:\n  c,_=s.accept()\n  while True:\n    b=c.recv(65536)\n    if not b: break\n    c.sendall(b)\n  c.close()\n"
+    );
+    let (agent, id, alice) = running(c, &["python3", "-c", &server]);
+    (agent, id, alice, port)
+}
+
+/// `corral session port-forward ID 0:PORT` as the user of `token` (its standard error piped),
+/// and the local port it says it listens on (its one line, checked whole).
 fn forwarding(c: &Cluster, token: &str, id: &str, port: u16) -> (Proc, u16) {
     let mut forward = Proc(
         c.command(&["session", "port-forward", id, &format!("0:{port}")])
             .env("CORRAL_TOKEN", token)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
@@ -195,14 +207,7 @@ fn only_the_owner_and_admins_reach_a_session_and_only_while_it_runs() {
 #[test]
 fn port_forward_carries_a_large_transfer_whole_both_ways() {
     let c = Cluster::start(60);
-    let port = common::free_port();
-    // An echo server in the session.
-    let server = format!(
-        "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
-         s.bind(('127.0.0.1',{port}))\ns.listen()\n\
-         while True:\n  c,_=s.accept()\n  while True:\n    b=c.recv(65536)\n    if not b: break\n    c.sendall(b)\n  c.close()\n"
-    );
-    let (_agent, id, alice) = running(&c, &["python3", "-c", &server]);
+    let (_agent, id, alice, port) = echoing(&c);
 
     let (_forward, local) = forwarding(&c, &alice, &id, port);
 
@@ -391,14 +396,7 @@ fn an_agent_behind_nat_serves_exec_and_port_forward() {
 #[test]
 fn typing_into_a_session_keeps_it_from_the_idle_policy_and_silence_does_not() {
     let c = Cluster::start(60);
-    let group = c.dir.path().join("idle.json");
-    std::fs::write(
-        &group,
-        r#"{"name": "idle", "policy": {"termination": {"mode": "idle", "idle_timeout_secs": 8}}}"#,
-    )
-    .unwrap();
-    ok(c.cli(&["group", "create", "idle", "--file", group.to_str().unwrap()]));
-    let _agent = c.agent("i1", "idle", "cpu=2");
+    let _agent = c.idle_group("idle", 8, "i1");
     let id = c.submit(&[
         "--group",
         "idle",
@@ -563,4 +561,59 @@ fn a_silent_terminal_behind_an_idle_dropping_proxy_stays_open() {
     assert_eq!(line, "after\n", "the terminal was dropped while silent");
     drop(keys);
     assert!(terminal.0.wait().unwrap().success());
+}
+
+#[test]
+fn port_forward_rides_out_a_manager_restart_saying_what_was_lost() {
+    let mut c = Cluster::start(60);
+    let (_agent, id, alice, port) = echoing(&c);
+    let (mut forward, local) = forwarding(&c, &alice, &id, port);
+    let echo = |word: &[u8]| -> Option<Vec<u8>> {
+        let mut tcp = TcpStream::connect(("127.0.0.1", local)).ok()?;
+        tcp.write_all(word).ok()?;
+        tcp.shutdown(std::net::Shutdown::Write).ok()?;
+        let mut back = Vec::new();
+        tcp.read_to_end(&mut back).ok()?;
+        (back == word).then_some(back)
+    };
+    c.until("an echo through the forward", || echo(b"before"));
+
+    // A connection open while the manager goes: it ends, and the command says why.
+    let mut held = TcpStream::connect(("127.0.0.1", local)).unwrap();
+    held.write_all(b"held").unwrap();
+    let mut back = [0u8; 4];
+    held.read_exact(&mut back).unwrap();
+    c.kill_server();
+    let mut rest = Vec::new();
+    let _ = held.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "{rest:?}");
+    // The command keeps listening while the manager is away, and forwards again once it (and
+    // the agent's tunnel) are back.
+    assert!(
+        forward.0.try_wait().unwrap().is_none(),
+        "port-forward exited"
+    );
+    c.start_server();
+    c.until("an echo through the same forward after the restart", || {
+        echo(b"after")
+    });
+    assert!(
+        forward.0.try_wait().unwrap().is_none(),
+        "port-forward exited"
+    );
+    unsafe { libc::kill(forward.0.id() as i32, libc::SIGTERM) };
+    let status = forward.0.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let mut err = String::new();
+    forward
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains("the connection to the session was lost"),
+        "{err}"
+    );
 }

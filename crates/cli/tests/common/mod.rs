@@ -231,6 +231,16 @@ impl Cluster {
         self.as_user_in(token, self.dir.path(), args)
     }
 
+    /// A group whose policy ends a session idle for `secs`, with agent `agent` (cpu=2).
+    pub fn idle_group(&self, name: &str, secs: u32, agent: &str) -> Proc {
+        let file = self.dir.path().join(format!("{name}.json"));
+        let group = serde_json::json!({"name": name, "policy": {"termination":
+            {"mode": "idle", "idle_timeout_secs": secs}}});
+        std::fs::write(&file, group.to_string()).unwrap();
+        ok(self.cli(&["group", "create", name, "--file", file.to_str().unwrap()]));
+        self.agent(agent, name, "cpu=2")
+    }
+
     /// A new token of the user `user` (the secret alone).
     pub fn user_token(&self, user: &str) -> String {
         ok(self.cli(&["token", "create", user])).trim().to_string()

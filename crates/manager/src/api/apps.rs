@@ -81,6 +81,7 @@ pub(crate) fn views(session: &str, apps: Vec<AppPort>) -> Vec<AppView> {
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
     )
 )
 )]

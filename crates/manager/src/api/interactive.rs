@@ -138,12 +138,17 @@ pub(super) async fn reach(app: &App, caller: &Caller, id: &str) -> Result<Reache
              terminals, apps and forwarded ports need a session on an agent"
         )));
     };
+    // Passing: the agent dials again within seconds (after its or this manager's restart).
     let tunnel = app.tunnels.get(&agent.0).ok_or_else(|| {
-        conflict(format!(
-            "agent {} holds no tunnel to this manager (it is reconnecting, or older than this \
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            format!(
+                "agent {} holds no tunnel to this manager (it is reconnecting, or older than this \
              manager); try again in a moment",
-            agent.0
-        ))
+                agent.0
+            ),
+        )
     })?;
     let spec: Spec = serde_json::from_value(record.spec.clone()).unwrap_or_default();
     Ok(Reached {
@@ -201,6 +206,7 @@ async fn attach(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
     )
 )
 )]
@@ -244,6 +250,7 @@ pub(crate) async fn exec(
         (status = 403, response = ErrorResponse),
         (status = 404, response = ErrorResponse),
         (status = 409, response = ErrorResponse),
+        (status = 503, response = ErrorResponse),
     )
 )
 )]
@@ -316,7 +323,7 @@ async fn relay(app: &App, id: &str, socket: WebSocket, stream: Stream) {
                 Ok(Message::Close(_)) | Err(_) => break,
                 Ok(_) => continue,
             };
-            app.activity.touch(&app.store, id).await;
+            app.activity.touch(&app.store, id);
             match Kind::decode(bytes) {
                 Ok(kind @ (Kind::Data(_) | Kind::Eof | Kind::Resize { .. } | Kind::Close(_))) => {
                     if to_agent.send(kind).await.is_err() {
@@ -357,7 +364,7 @@ async fn relay(app: &App, id: &str, socket: WebSocket, stream: Stream) {
             };
             let last = matches!(kind, Kind::Close(_));
             if matches!(kind, Kind::Data(_) | Kind::Stderr(_)) {
-                app.activity.touch(&app.store, id).await;
+                app.activity.touch(&app.store, id);
             }
             if to_user.send(Message::Binary(kind.encode())).await.is_err() || last {
                 let _ = to_user.close().await;

@@ -332,7 +332,7 @@ pub(crate) async fn own_session(app: &App, caller: &Caller, id: &str) -> Result<
             "session {id:?} belongs to another user"
         )));
     }
-    app.activity.touch(&app.store, id).await;
+    app.activity.touch(&app.store, id);
     Ok(record)
 }
 

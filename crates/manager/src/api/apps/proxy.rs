@@ -158,7 +158,7 @@ async fn pipe(
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
-        app.activity.touch(&app.store, session).await;
+        app.activity.touch(&app.store, session);
     }
     let _ = to.shutdown().await;
 }
