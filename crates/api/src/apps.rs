@@ -3,6 +3,7 @@
 //! `session port-forward` reaches (TCP). Parsing and checking are here, shared by the CLI that
 //! reads `--app` and the manager that checks a submission.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -13,16 +14,25 @@ pub const MAX_APPS: usize = 16;
 /// Longest app name.
 pub const MAX_NAME: usize = 32;
 
-/// One port a session serves, by name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A session's apps by name (lowercase letters, digits and `-`, starting with a letter; at
+/// most 32): a map, so that no name is declared twice.
+pub type Apps = BTreeMap<String, App>;
+
+/// Where an app is served in its session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct AppPort {
-    /// Lowercase letters, digits and `-`, starting with a letter; at most 32.
-    pub name: String,
+pub struct App {
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 65535))]
     pub port: u16,
     #[serde(default)]
     pub protocol: AppProtocol,
+}
+
+/// One app with its name, as `--app NAME=PORT` gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppPort {
+    pub name: String,
+    pub app: App,
 }
 
 /// How an app is reached: `http` apps through the manager's `/apps/` path (WebSockets
@@ -49,8 +59,9 @@ impl fmt::Display for AppProtocol {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AppView {
+    pub name: String,
     #[serde(flatten)]
-    pub app: AppPort,
+    pub app: App,
     /// Where the manager serves it, relative to the manager's URL (`/apps/{session}/{app}/`);
     /// null for a `tcp` app, which `session port-forward` reaches.
     pub path: Option<String>,
@@ -105,33 +116,33 @@ pub fn check_name(name: &str) -> Result<(), BadApp> {
     }
 }
 
-/// Checks a session's apps: each named well, on a port, no name or port twice, at most
-/// `MAX_APPS`.
-pub fn check_apps(apps: &[AppPort]) -> Result<(), BadApp> {
+/// Checks a session's apps: each named well and on a port, at most `MAX_APPS`.
+pub fn check_apps(apps: &Apps) -> Result<(), BadApp> {
     if apps.len() > MAX_APPS {
         return Err(BadApp(format!(
             "{} apps declared; at most {MAX_APPS}",
             apps.len()
         )));
     }
-    for (i, app) in apps.iter().enumerate() {
-        check_name(&app.name)?;
+    for (name, app) in apps {
+        check_name(name)?;
         if app.port == 0 {
-            return Err(BadApp(format!("app {:?}: port 0 is not a port", app.name)));
-        }
-        if let Some(twin) = apps[..i]
-            .iter()
-            .find(|a| a.name == app.name || a.port == app.port)
-        {
-            let what = if twin.name == app.name {
-                format!("the name {:?}", app.name)
-            } else {
-                format!("port {}", app.port)
-            };
-            return Err(BadApp(format!("{what} is declared twice")));
+            return Err(BadApp(format!("app {name:?}: port 0 is not a port")));
         }
     }
     Ok(())
+}
+
+/// The apps of `--app` flags as a map; a name given twice is refused.
+pub fn collect(given: Vec<AppPort>) -> Result<Apps, BadApp> {
+    let mut apps = Apps::new();
+    for AppPort { name, app } in given {
+        if apps.insert(name.clone(), app).is_some() {
+            return Err(BadApp(format!("app {name:?} is given twice")));
+        }
+    }
+    check_apps(&apps)?;
+    Ok(apps)
 }
 
 impl FromStr for AppPort {
@@ -148,13 +159,14 @@ impl FromStr for AppPort {
             Some((p, port)) => (p.parse()?, port),
             None => (AppProtocol::Http, rest),
         };
-        let app = AppPort {
+        check_name(name)?;
+        Ok(AppPort {
             name: name.to_string(),
-            port: parse_port(port)?,
-            protocol,
-        };
-        check_name(&app.name)?;
-        Ok(app)
+            app: App {
+                port: parse_port(port)?,
+                protocol,
+            },
+        })
     }
 }
 
@@ -186,8 +198,7 @@ mod tests {
     fn app(name: &str, port: u16, protocol: AppProtocol) -> AppPort {
         AppPort {
             name: name.into(),
-            port,
-            protocol,
+            app: App { port, protocol },
         }
     }
 
@@ -205,23 +216,37 @@ mod tests {
         for bad in [
             "jupyter", "j=0", "j=65536", "J=80", "1a=80", "a=udp:53", "a/b=80", "=80",
         ] {
-            let err = bad.parse::<AppPort>().unwrap_err().to_string();
-            assert!(!err.is_empty(), "{bad}");
+            assert!(bad.parse::<AppPort>().is_err(), "{bad}");
         }
     }
 
     #[test]
-    fn a_name_or_port_twice_is_refused() {
-        let one = app("a", 80, AppProtocol::Http);
-        assert!(check_apps(&[one.clone(), app("b", 81, AppProtocol::Tcp)]).is_ok());
-        let err = check_apps(&[one.clone(), app("a", 81, AppProtocol::Http)]).unwrap_err();
-        assert!(err.to_string().contains("\"a\" is declared twice"), "{err}");
-        let err = check_apps(&[one, app("b", 80, AppProtocol::Http)]).unwrap_err();
-        assert!(err.to_string().contains("port 80"), "{err}");
+    fn a_name_twice_or_too_many_apps_are_refused() {
+        let both = collect(vec![
+            app("a", 80, AppProtocol::Http),
+            app("b", 80, AppProtocol::Tcp),
+        ]);
+        assert_eq!(both.map(|m| m.len()), Ok(2));
+        let twice = collect(vec![
+            app("a", 80, AppProtocol::Http),
+            app("a", 81, AppProtocol::Http),
+        ]);
+        assert!(twice
+            .unwrap_err()
+            .to_string()
+            .contains("\"a\" is given twice"));
         let many: Vec<_> = (1..=17)
             .map(|i| app(&format!("a{i}"), i, AppProtocol::Http))
             .collect();
-        assert!(check_apps(&many).is_err());
+        assert!(collect(many).is_err());
+        let bad = Apps::from([(
+            "Bad".to_string(),
+            App {
+                port: 1,
+                protocol: AppProtocol::Http,
+            },
+        )]);
+        assert!(check_apps(&bad).is_err());
     }
 
     #[test]

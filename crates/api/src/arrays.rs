@@ -249,7 +249,7 @@ mod tests {
             inputs: vec!["in-{index}.csv".into()],
             outputs: vec!["out/{index}.txt".into()],
             environment: [("MODE".to_string(), "{index}".to_string())].into(),
-            apps: Vec::new(),
+            apps: Default::default(),
         };
         let spec = member_spec(&submitted, "a1f", 42);
         assert_eq!(spec.command, ["train", "--seed", "42"]);

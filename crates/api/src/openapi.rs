@@ -50,6 +50,16 @@ schema_type!(
 );
 
 schema_type!(
+    /// A session's apps by name (`crate::apps`): at most 16, each on a port.
+    AppsByName = json!({
+        "type": "object",
+        "maxProperties": crate::apps::MAX_APPS,
+        "propertyNames": {"pattern": "^[a-z][a-z0-9-]*$", "maxLength": crate::apps::MAX_NAME},
+        "additionalProperties": reference("App")
+    })
+);
+
+schema_type!(
     /// The state of a session just submitted: a refused one is a 422, never an answer.
     Pending = json!({"const": "pending"})
 );

@@ -13,8 +13,10 @@ use corral_core::{Session, SessionState, SessionType, Slots, Timestamp};
 pub struct NewSession {
     #[cfg_attr(feature = "openapi", schema(value_type = corral_core::openapi::Name))]
     pub group: String,
+    /// `batch` unless given, or unless the session serves apps (then `interactive`): only an
+    /// interactive session may be ended by its group's idle policy.
     #[serde(rename = "type", default)]
-    pub kind: SessionType,
+    pub kind: Option<SessionType>,
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<corral_core::openapi::ImageName>))]
     pub image: Option<String>,
@@ -44,8 +46,8 @@ pub struct NewSession {
     /// The ports it serves by name: `http` apps the manager serves under
     /// `/apps/{session}/{app}/`, `tcp` apps for `session port-forward`. At most 16.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(max_items = 16))]
-    pub apps: Vec<crate::apps::AppPort>,
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::AppsByName))]
+    pub apps: crate::apps::Apps,
     /// Submits an array: one session per index of the range (`{"first": 0, "last": 9999,
     /// "step": 2, "max_running": 100}` is `0-9999:2%100`), all or none, each with
     /// `CORRAL_ARRAY_ID` and `CORRAL_ARRAY_INDEX` in its environment and `{index}` replaced by
@@ -72,6 +74,18 @@ pub struct Submitted {
     pub array: Option<crate::arrays::SubmittedArray>,
 }
 
+impl NewSession {
+    /// The session's type: as given, else `interactive` for a session that serves apps (a
+    /// notebook is used, and left, as a terminal is), else `batch`.
+    pub fn session_type(&self) -> SessionType {
+        self.kind.unwrap_or(if self.apps.is_empty() {
+            SessionType::Batch
+        } else {
+            SessionType::Interactive
+        })
+    }
+}
+
 /// The submitted fields the cycle does not read, kept with the session. Only its owner and
 /// admins see them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,8 +100,8 @@ pub struct Spec {
     #[serde(default)]
     pub environment: BTreeMap<String, String>,
     /// The ports it serves by name (`corral session run --app jupyter=8888`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub apps: Vec<crate::apps::AppPort>,
+    #[serde(default)]
+    pub apps: crate::apps::Apps,
 }
 
 /// A session as the API shows it.

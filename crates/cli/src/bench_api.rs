@@ -75,7 +75,7 @@ async fn target(manager: &InProcess, group: &str) -> Result<Arc<Target>> {
         client: Client::new(&manager.base, &manager.token, None)?,
         session: NewSession {
             group: group.to_string(),
-            kind: SessionType::Batch,
+            kind: Some(SessionType::Batch),
             command: vec!["true".into()],
             request: "cpu=1,mem=1GiB".parse()?,
             ..NewSession::default()

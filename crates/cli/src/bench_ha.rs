@@ -100,7 +100,7 @@ async fn takeover(url: &str, token: &str, store: &Store, lease_secs: u64) -> Res
 async fn submit(client: &Client, group: &str) -> Result<String> {
     let session = NewSession {
         group: group.to_string(),
-        kind: SessionType::Batch,
+        kind: Some(SessionType::Batch),
         command: vec!["true".into()],
         request: "cpu=1".parse()?,
         ..Default::default()

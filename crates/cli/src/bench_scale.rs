@@ -76,7 +76,7 @@ pub async fn run(sessions: usize, concurrency: usize) -> Result<()> {
 
     let session = Arc::new(NewSession {
         group: group.clone(),
-        kind: SessionType::Batch,
+        kind: Some(SessionType::Batch),
         command: vec!["true".into()],
         request: "cpu=1,mem=1GiB".parse()?,
         ..NewSession::default()

@@ -126,7 +126,7 @@ async fn register_agents(client: &Arc<Client>, group: &str, agents: usize) -> Re
 async fn submit_sessions(client: &Arc<Client>, group: &str, sessions: usize) -> Result<()> {
     let session = Arc::new(NewSession {
         group: group.to_string(),
-        kind: SessionType::Batch,
+        kind: Some(SessionType::Batch),
         command: vec!["true".into()],
         request: "cpu=1,mem=1GiB".parse()?,
         ..NewSession::default()

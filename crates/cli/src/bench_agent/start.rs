@@ -48,7 +48,7 @@ pub(super) async fn start_latency(count: usize) -> Result<()> {
 
     let body = NewSession {
         group: GROUP.into(),
-        kind: SessionType::Batch,
+        kind: Some(SessionType::Batch),
         command: ["sh", "-c", "date +%s%N"].map(String::from).to_vec(),
         request: "cpu=1".parse()?,
         ..NewSession::default()

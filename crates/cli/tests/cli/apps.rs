@@ -106,7 +106,7 @@ fn get(c: &Cluster, path: &str, headers: &[(&str, &str)]) -> Answer {
 }
 
 /// Alice's session in `group` (which has an agent) serving [`APP`] as `web` (and a tcp app
-/// `db`), once it answers; her token.
+/// `db`), once it answers; her token. It says no type: serving apps makes it interactive.
 fn serving(c: &Cluster, group: &str) -> (String, String) {
     let alice = c.user_token("alice");
     let port = common::free_port();
@@ -118,8 +118,6 @@ fn serving(c: &Cluster, group: &str) -> (String, String) {
             "submit",
             "--group",
             group,
-            "--type",
-            "interactive",
             "--app",
             &web,
             "--app",
@@ -183,13 +181,13 @@ fn an_http_app_is_served_under_its_path_without_the_managers_credentials() {
         .map(|l| l.split_whitespace().collect())
         .collect();
     assert_eq!(rows[0], ["NAME", "PROTOCOL", "PORT", "URL"], "{listed}");
-    assert_eq!(rows[1][..2], ["web", "http"], "{listed}");
+    assert_eq!(rows[1], ["db", "tcp", "5432", "-"], "{listed}");
+    assert_eq!(rows[2][..2], ["web", "http"], "{listed}");
     assert_eq!(
-        rows[1][3],
+        rows[2][3],
         format!("{}/apps/{id}/web/", c.url()),
         "{listed}"
     );
-    assert_eq!(rows[2], ["db", "tcp", "5432", "-"], "{listed}");
 
     // The path whole, the prefix told both ways, the manager's credentials off.
     let answer = get(
@@ -245,7 +243,7 @@ fn an_http_app_is_served_under_its_path_without_the_managers_credentials() {
         &[("Authorization", &bearer)],
     );
     assert_eq!(answer.status, 404, "{}", answer.body);
-    assert!(answer.body.contains("web, db"), "{}", answer.body);
+    assert!(answer.body.contains("db, web"), "{}", answer.body);
 }
 
 #[test]
@@ -273,7 +271,13 @@ fn a_browser_gets_in_with_a_links_pass_and_nobody_else_does() {
         c.as_user(&alice, &["session", "apps", &id, "--login", "-o", "json"])
     ))
     .unwrap();
-    let url = listed[0]["url"].as_str().unwrap().to_string();
+    let web = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "web")
+        .unwrap();
+    let url = web["url"].as_str().unwrap().to_string();
     let link = url.strip_prefix(&c.url()).unwrap();
     assert!(
         link.starts_with(&format!("{path}?corral_app_token=")),

@@ -397,6 +397,8 @@ fn an_agent_behind_nat_serves_exec_and_port_forward() {
 fn typing_into_a_session_keeps_it_from_the_idle_policy_and_silence_does_not() {
     let c = Cluster::start(60);
     let _agent = c.idle_group("idle", 8, "i1");
+    // A session that says no type is batch, which the idle policy never ends.
+    let plain = c.submit(&["--group", "idle", "--", "sleep", "600"]);
     let id = c.submit(&[
         "--group",
         "idle",
@@ -435,6 +437,11 @@ fn typing_into_a_session_keeps_it_from_the_idle_policy_and_silence_does_not() {
     assert_eq!(
         ended["end_reason"],
         "ended by the group's policy: idle for 8 s"
+    );
+    let plain = c.listed(&plain);
+    assert_eq!(
+        (&plain["state"], &plain["type"]),
+        (&"running".into(), &"batch".into())
     );
 }
 

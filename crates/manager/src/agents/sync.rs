@@ -351,8 +351,12 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
         }
         // Each HTTP app is told where the manager serves it, to take as its base URL.
         let mut environment = spec.environment;
-        for a in spec.apps.iter().filter(|a| a.protocol == AppProtocol::Http) {
-            environment.insert(prefix_variable(&a.name), app_path(&r.session.id.0, &a.name));
+        for (name, _) in spec
+            .apps
+            .iter()
+            .filter(|(_, a)| a.protocol == AppProtocol::Http)
+        {
+            environment.insert(prefix_variable(name), app_path(&r.session.id.0, name));
         }
         assignments.push(Assignment {
             id: r.session.id.0,

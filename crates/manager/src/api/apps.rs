@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Json;
-use corral_api::apps::{app_path, AppLogin, AppPort, AppProtocol, AppView};
+use corral_api::apps::{app_path, AppLogin, AppProtocol, AppView, Apps};
 use corral_store::NewEvent;
 
 use super::interactive::{reach, Reached};
@@ -56,10 +56,11 @@ pub(crate) async fn list(
 }
 
 /// Each app with where the manager serves it.
-pub(crate) fn views(session: &str, apps: Vec<AppPort>) -> Vec<AppView> {
+pub(crate) fn views(session: &str, apps: Apps) -> Vec<AppView> {
     apps.into_iter()
-        .map(|app| AppView {
-            path: (app.protocol == AppProtocol::Http).then(|| app_path(session, &app.name)),
+        .map(|(name, app)| AppView {
+            path: (app.protocol == AppProtocol::Http).then(|| app_path(session, &name)),
+            name,
             app,
         })
         .collect()
@@ -232,8 +233,8 @@ fn browser_may(reached: &Reached, caller: &Caller) -> Result<()> {
 
 /// The port of the session's HTTP app `name`.
 fn http_port(reached: &Reached, name: &str) -> Result<u16> {
-    let Some(app) = reached.apps.iter().find(|a| a.name == name) else {
-        let names: Vec<&str> = reached.apps.iter().map(|a| a.name.as_str()).collect();
+    let Some(app) = reached.apps.get(name) else {
+        let names: Vec<&str> = reached.apps.keys().map(String::as_str).collect();
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",

@@ -25,10 +25,12 @@ use crate::api::sessions::{own_session, Spec};
 use crate::auth::{AgentCaller, Caller};
 use crate::error::ApiError;
 use crate::{now, App};
-use corral_api::apps::AppPort;
+use corral_api::apps::Apps;
 
 /// How long a user has to send the command after the WebSocket opened.
 const OPEN_WITHIN: Duration = Duration::from_secs(30);
+/// How long a user has to answer the close of a command's connection.
+const CLOSE_WITHIN: Duration = Duration::from_secs(5);
 /// The largest message a user's or an agent's WebSocket may send.
 const MAX_MESSAGE: usize = 1 << 20;
 
@@ -114,7 +116,7 @@ pub(super) struct Reached {
     pub owner: String,
     pub group: String,
     pub agent: String,
-    pub apps: Vec<AppPort>,
+    pub apps: Apps,
     pub tunnel: Tunnel,
 }
 
@@ -372,8 +374,15 @@ async fn relay(app: &App, id: &str, socket: WebSocket, stream: Stream) {
             }
         }
     };
+    tokio::pin!(upstream, downstream);
     tokio::select! {
-        _ = upstream => {}
-        _ = downstream => {}
+        _ = &mut upstream => {}
+        _ = &mut downstream => {
+            // The user was told the end; the connection is dropped once the user answered the
+            // close (or after `CLOSE_WITHIN`), since dropping it with the user's messages
+            // unread makes the kernel reset it, and a reset may discard the last output the
+            // user had not read yet.
+            let _ = tokio::time::timeout(CLOSE_WITHIN, &mut upstream).await;
+        }
     }
 }

@@ -121,6 +121,7 @@ pub(super) async fn submit(
 ) -> Result<impl IntoResponse> {
     check_submit(&b)?;
     let array = b.array;
+    let kind = b.session_type();
     let session = |group: String| Session {
         id: SessionId(new_id("s")),
         group,
@@ -128,7 +129,7 @@ pub(super) async fn submit(
         priority: b.priority,
         request: b.request.clone(),
         image: b.image.clone(),
-        kind: b.kind,
+        kind,
         submitted_at: now(),
         state: SessionState::Pending,
         agent: None,

@@ -83,10 +83,10 @@ pub async fn page(
                 @for a in &apps {
                     li {
                         @if let (true, Some(_)) = (openable, &a.path) {
-                            a href=(format!("/ui/sessions/{}/apps/{}", s.id.0, a.app.name))
-                              target="_blank" rel="noopener" { (a.app.name) }
+                            a href=(format!("/ui/sessions/{}/apps/{}", s.id.0, a.name))
+                              target="_blank" rel="noopener" { (a.name) }
                         } @else {
-                            (a.app.name)
+                            (a.name)
                         }
                         " (" (a.app.protocol) " port " (a.app.port) ")"
                         @if a.path.is_none() {

@@ -32,7 +32,7 @@ pub(super) async fn apps(api: &Api, args: AppsArgs) -> Result<()> {
     for app in &apps {
         let url = match &app.path {
             Some(_) if args.login => {
-                let path = ["sessions", args.id.as_str(), "apps", &app.app.name, "login"];
+                let path = ["sessions", args.id.as_str(), "apps", &app.name, "login"];
                 let login: AppLogin = parse(&api.post(&path, None).await?)?;
                 Some(format!("{server}{}", login.path))
             }
@@ -57,7 +57,7 @@ pub(super) async fn apps(api: &Api, args: AppsArgs) -> Result<()> {
             .zip(&urls)
             .map(|(a, url)| {
                 vec![
-                    a.app.name.clone(),
+                    a.name.clone(),
                     a.app.protocol.to_string(),
                     a.app.port.to_string(),
                     or_dash(url.as_deref()),

@@ -21,9 +21,13 @@ pub struct SubmitArgs {
     /// The scaling group to run in [default: `group` in the config file, else dev].
     #[arg(long, value_name = "G")]
     group: Option<String>,
-    /// Interactive (a person waits on it) or batch.
+    /// Interactive (a person works in it: the group's idle policy may end it once unused) or
+    /// batch [default: batch, or interactive for a session with --app].
     #[arg(long = "type", value_enum, value_name = "TYPE")]
     kind: Option<SessionType>,
+    /// The same as --type interactive.
+    #[arg(long, conflicts_with = "kind")]
+    interactive: bool,
     /// Container image to run in; its minimum slots apply.
     #[arg(long, value_name = "IMG")]
     image: Option<String>,
@@ -132,7 +136,6 @@ pub(super) async fn run_and_exit(api: &Api, args: RunArgs) -> Result<()> {
     } = args;
     let body = NewSession {
         group: group_or_default(group)?,
-        kind: corral_core::SessionType::Batch,
         image,
         command,
         request: request.slots,
@@ -140,7 +143,7 @@ pub(super) async fn run_and_exit(api: &Api, args: RunArgs) -> Result<()> {
         environment: env.into_iter().collect(),
         inputs: input_names(&inputs)?,
         outputs,
-        apps,
+        apps: corral_api::apps::collect(apps)?,
         ..NewSession::default()
     };
     let json = matches!(format, Output::Json);
@@ -157,6 +160,7 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
     let SubmitArgs {
         group,
         kind,
+        interactive,
         image,
         request,
         priority,
@@ -171,7 +175,11 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
     } = args;
     let body = NewSession {
         group: group_or_default(group)?,
-        kind: kind.map(|k| api_value(&k)).transpose()?.unwrap_or_default(),
+        kind: match (kind, interactive) {
+            (Some(k), _) => Some(api_value(&k)?),
+            (None, true) => Some(corral_core::SessionType::Interactive),
+            (None, false) => None,
+        },
         image: image.clone(),
         command,
         request: request.slots.clone(),
@@ -183,7 +191,7 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
         outputs,
         environment: env.into_iter().collect(),
         constraints: request.constraints.clone(),
-        apps,
+        apps: corral_api::apps::collect(apps)?,
         array,
     };
     let body = json(&body)?;
