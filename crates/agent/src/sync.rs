@@ -185,6 +185,7 @@ async fn answered(
     arm_guard(agent);
     agent.images.set_policy(resp.images.clone());
     lock(&agent.ended.reports).retain(|r| !finished.contains(r));
+    forget_ended(agent, finished);
     if sent_failure {
         *update_failed = None;
     }
@@ -251,4 +252,29 @@ async fn self_update(agent: &Agent, client: &Client, order: &UpdateOrder) -> Str
         Ok(never) => match never {},
         Err(reason) => reason,
     }
+}
+
+/// Ended sessions the manager now knows of are forgotten by the runtime: a container is
+/// removed (its logs and outputs were collected before the report; nothing runs in it), so
+/// that none piles up or pins its image. Before the manager knew, a restarted agent still finds
+/// them, to report.
+fn forget_ended(agent: &Arc<Agent>, finished: &[SessionReport]) {
+    if finished.is_empty() {
+        return;
+    }
+    let (agent, ids) = (
+        agent.clone(),
+        finished.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
+    );
+    tokio::spawn(async move {
+        for id in ids {
+            match agent.runtime.remove(&id).await {
+                // Never started here: nothing to forget.
+                Ok(()) | Err(corral_runtime::RuntimeError::UnknownSession(_)) => {}
+                Err(e) => {
+                    tracing::warn!(session = id, error = %e, "could not remove an ended session")
+                }
+            }
+        }
+    });
 }

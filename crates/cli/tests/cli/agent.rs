@@ -377,6 +377,49 @@ async fn dev_runs_a_session_in_a_docker_container() {
         std::fs::read_to_string(got.join("made.txt")).unwrap(),
         "made\n"
     );
+    // Its container goes once the manager knows how it ended: none piles up.
+    eventually(
+        "the ended session's container removed",
+        Duration::from_secs(30),
+        || {
+            let out = Command::new("docker")
+                .args([
+                    "ps",
+                    "-aq",
+                    "--filter",
+                    &format!("label=corral.session={id}"),
+                ])
+                .output()
+                .unwrap();
+            out.status.success() && out.stdout.is_empty()
+        },
+    );
+
+    // A command in a running container, through the agent's tunnel (a container's exec).
+    let out = corral(
+        dir.path(),
+        &["session", "submit", "--image", image, "--", "sleep", "600"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let running = text(&out.stdout).trim().to_string();
+    eventually("exec in the container", Duration::from_secs(60), || {
+        let out = corral(
+            dir.path(),
+            &[
+                "session",
+                "exec",
+                &running,
+                "--",
+                "sh",
+                "-c",
+                "echo $CORRAL_SESSION_ID; exit 5",
+            ],
+        );
+        out.status.code() == Some(5) && text(&out.stdout) == format!("{running}\n")
+    });
+    assert!(corral(dir.path(), &["session", "cancel", &running])
+        .status
+        .success());
 }
 
 #[test]
