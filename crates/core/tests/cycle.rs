@@ -656,6 +656,32 @@ fn a_template_in_backoff_is_passed_over_for_the_next_cheapest_and_waits_say_why(
     assert!(w[0].1.contains("template g1 backs off"), "{w:?}");
 }
 
+#[test]
+fn a_template_at_its_max_says_so_even_with_launch_budget_left() {
+    let mut s = snapshot(json!({
+        "group": {"policy": "demand", "batch_idle_ms": 0, "batch_max_ms": 0},
+        "templates": [{"name": "g1", "slots": G1, "price": 1.0, "max": 1}],
+        "agents": [agent("a1", "g1", G1, "gpu=1", "alive")],
+        "sessions": [session("s1", "gpu=1")]
+    }));
+    s.launch_limits.insert(
+        "g1".into(),
+        corral_core::LaunchLimit {
+            allowed: 16,
+            reason: "template g1 launched 4 of its budget of 20 per 60 s".into(),
+        },
+    );
+    let d = cycle(&s);
+    assert!(d.launches.is_empty(), "{:?}", d.launches);
+    let w = waiting(&d);
+    assert!(
+        w[0].1
+            .contains("every template that fits is at its maximum"),
+        "{w:?}"
+    );
+    assert!(!w[0].1.contains("budget"), "{w:?}");
+}
+
 /// Found by fuzzing: a huge count in flight cost one bin per instance (2.4 GB for 10^8). Now it
 /// costs what the demand can use, and still counts as capacity and against the limits.
 #[test]

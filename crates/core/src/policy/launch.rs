@@ -138,7 +138,15 @@ pub(super) fn launch_for_demand<'o>(
                 },
                 None => WaitReason::NoRoom {
                     because: (no_launch.get_or_insert_with(|| {
-                        why_no_launch(input, template_slots, k, budget, launched, &mut live)
+                        why_no_launch(
+                            input,
+                            template_slots,
+                            offers(),
+                            k,
+                            budget,
+                            launched,
+                            &mut live,
+                        )
                     }))
                     .clone(),
                 },
@@ -152,6 +160,7 @@ pub(super) fn launch_for_demand<'o>(
 fn why_no_launch(
     input: &ScaleInput,
     template_slots: &[Vector],
+    offers: &[Offer],
     k: usize,
     budget: &Budget,
     launched: u32,
@@ -180,8 +189,14 @@ fn why_no_launch(
         .templates
         .iter()
         .zip(template_slots)
-        .filter(|(_, slots)| fits(need, slots))
-        .find_map(|(t, _)| s.launch_limits.get(&t.name))
+        .zip(offers)
+        .filter(|((_, slots), _)| fits(need, slots))
+        // A limit binds where it, not the template's `max`, set what may still launch.
+        .find_map(|((t, _), offer)| {
+            s.launch_limits
+                .get(&t.name)
+                .filter(|limit| offer.available == limit.allowed)
+        })
     {
         NoLaunch::Held {
             reason: limit.reason.clone(),
