@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
 use crate::common;
-use common::{browser_available, ok, python, text, Cluster};
+use common::{browser_available, ok, python, text, Cluster, Proc};
 use serde_json::Value;
 
 /// The app: answers every request with what it saw (path, the headers that matter, its prefix
@@ -67,13 +67,16 @@ impl Answer {
     }
 }
 
-/// `GET path` with `headers`, on a connection of its own.
+/// `GET path` with `headers` to the manager, on a connection of its own.
 fn get(c: &Cluster, path: &str, headers: &[(&str, &str)]) -> Answer {
-    let mut tcp = TcpStream::connect(("127.0.0.1", c.port)).unwrap();
-    let mut request = format!(
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n",
-        c.port
-    );
+    get_at(c.port, path, headers)
+}
+
+/// `GET path` with `headers` to a local `port`, on a connection of its own.
+fn get_at(port: u16, path: &str, headers: &[(&str, &str)]) -> Answer {
+    let mut tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -187,6 +190,33 @@ fn an_http_app_is_served_under_its_path_without_the_managers_credentials() {
         rows[2][3],
         format!("{}/apps/{id}/web/", c.url()),
         "{listed}"
+    );
+
+    // `session port-forward` reaches an app by its name, on the app's port.
+    let app_port: u16 = rows[2][2].parse().unwrap();
+    let mut forward = Proc(
+        c.command(&["session", "port-forward", &id, "0:web"])
+            .env("CORRAL_TOKEN", &alice)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    BufReader::new(forward.0.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let (from, to) = line.trim_end().split_once(" -> ").unwrap();
+    assert_eq!(to, app_port.to_string(), "{line}");
+    let local: u16 = from.rsplit(':').next().unwrap().parse().unwrap();
+    let answer = get_at(local, "/direct", &[]);
+    assert_eq!(answer.json()["path"], "/direct");
+    drop(forward);
+    let out = c.as_user(&alice, &["session", "port-forward", &id, "nope"]);
+    assert!(
+        text(&out.stderr).contains("serves no app \"nope\" (its apps: db, web)"),
+        "{}",
+        text(&out.stderr)
     );
 
     // The path whole, the prefix told both ways, the manager's credentials off.

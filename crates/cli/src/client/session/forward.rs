@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use corral_api::websocket::{Message, WebSocket};
 use corral_tunnel::Kind;
@@ -14,16 +14,17 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use super::super::http::{refusal, Api};
+use super::super::http::{parse, refusal, Api};
 use super::wire::{chunk_buffer, incoming, message, read_chunk, Incoming, LOST};
+use corral_api::apps::AppView;
 
 /// `session port-forward`'s flags.
 #[derive(Args)]
 pub struct ForwardArgs {
     /// The session's id; it must be running.
     id: String,
-    /// The session's port, reached here on the same number (REMOTE) or on LOCAL (LOCAL:REMOTE);
-    /// LOCAL 0, or empty, picks a free port.
+    /// The session's port, or one of its apps by name (`session apps`), reached here on the
+    /// same number (REMOTE) or on LOCAL (LOCAL:REMOTE); LOCAL 0, or empty, picks a free port.
     #[arg(value_name = "[LOCAL:]REMOTE", value_parser = parse_ports)]
     ports: Ports,
     /// The local address to listen on.
@@ -31,25 +32,59 @@ pub struct ForwardArgs {
     address: String,
 }
 
-/// The ports of `[LOCAL:]REMOTE`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The ports of `[LOCAL:]REMOTE`; no LOCAL is the remote port's number.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ports {
-    pub local: u16,
-    pub remote: u16,
+    pub local: Option<u16>,
+    pub remote: Remote,
 }
 
-/// Reads `[LOCAL:]REMOTE`: REMOTE 1 to 65535; LOCAL 0 to 65535, 0 or empty for a free one.
+/// The session's side: a port, or an app by name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Remote {
+    Port(u16),
+    App(String),
+}
+
+/// Reads `[LOCAL:]REMOTE`: REMOTE 1 to 65535 or an app's name; LOCAL 0 to 65535, 0 or empty
+/// for a free one.
 pub(super) fn parse_ports(spec: &str) -> Result<Ports, String> {
     let (local, remote) = match spec.split_once(':') {
-        Some((local, remote)) => (local, remote),
-        None => (spec, spec),
+        Some((local, remote)) => (Some(local), remote),
+        None => (None, spec),
     };
-    let remote = port(remote)?;
-    if remote == 0 {
-        return Err("the session's port must be 1 to 65535, not 0".into());
-    }
-    let local = if local.is_empty() { 0 } else { port(local)? };
+    let remote = if remote.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        corral_api::apps::check_name(remote).map_err(|e| e.to_string())?;
+        Remote::App(remote.to_string())
+    } else {
+        match port(remote)? {
+            0 => return Err("the session's port must be 1 to 65535, not 0".into()),
+            p => Remote::Port(p),
+        }
+    };
+    let local = match local {
+        Some("") => Some(0),
+        Some(local) => Some(port(local)?),
+        None => None,
+    };
     Ok(Ports { local, remote })
+}
+
+/// The port of the session's app `name`.
+async fn app_port(api: &Api, id: &str, name: &str) -> Result<u16> {
+    let apps: Vec<AppView> = parse(&api.get(&["sessions", id, "apps"], &[]).await?)?;
+    if let Some(app) = apps.iter().find(|a| a.name == name) {
+        return Ok(app.app.port);
+    }
+    let names: Vec<&str> = apps.iter().map(|a| a.name.as_str()).collect();
+    bail!(
+        "session {id} serves no app {name:?} (its apps: {})",
+        if names.is_empty() {
+            "none".into()
+        } else {
+            names.join(", ")
+        }
+    )
 }
 
 /// A port number, 0 to 65535.
@@ -66,7 +101,12 @@ fn port(text: &str) -> Result<u16, String> {
 /// and forwards every connection until Ctrl-C or SIGTERM, or until the manager refuses one
 /// for good (the session ended).
 pub(super) async fn port_forward(api: &Api, args: ForwardArgs) -> Result<()> {
-    let remote = args.ports.remote.to_string();
+    let remote = match &args.ports.remote {
+        Remote::Port(port) => *port,
+        Remote::App(name) => app_port(api, &args.id, name).await?,
+    };
+    let local_port = args.ports.local.unwrap_or(remote);
+    let remote = remote.to_string();
     let path = vec![
         "sessions".to_string(),
         args.id.clone(),
@@ -76,9 +116,9 @@ pub(super) async fn port_forward(api: &Api, args: ForwardArgs) -> Result<()> {
     let mut probe = api.websocket(&refs(&path)).await?;
     let _ = probe.close(None).await;
     drop(probe);
-    let listener = TcpListener::bind((args.address.as_str(), args.ports.local))
+    let listener = TcpListener::bind((args.address.as_str(), local_port))
         .await
-        .with_context(|| format!("listening on {}:{}", args.address, args.ports.local))?;
+        .with_context(|| format!("listening on {}:{local_port}", args.address))?;
     let local = listener.local_addr()?;
     let mut stdout = std::io::stdout();
     writeln!(stdout, "Forwarding from {local} -> {remote}")?;
@@ -201,12 +241,32 @@ mod tests {
 
     #[test]
     fn ports_are_remote_or_local_colon_remote() {
-        let ports = |local, remote| Ok(Ports { local, remote });
-        assert_eq!(parse_ports("8888"), ports(8888, 8888));
-        assert_eq!(parse_ports("18888:8888"), ports(18888, 8888));
-        assert_eq!(parse_ports("0:8888"), ports(0, 8888), "0 picks a free port");
-        assert_eq!(parse_ports(":8888"), ports(0, 8888));
-        assert_eq!(parse_ports("65535"), ports(65535, 65535));
+        let ports = |local, remote| {
+            Ok(Ports {
+                local,
+                remote: Remote::Port(remote),
+            })
+        };
+        assert_eq!(parse_ports("8888"), ports(None, 8888));
+        assert_eq!(parse_ports("18888:8888"), ports(Some(18888), 8888));
+        assert_eq!(
+            parse_ports("0:8888"),
+            ports(Some(0), 8888),
+            "0 picks a free port"
+        );
+        assert_eq!(parse_ports(":8888"), ports(Some(0), 8888));
+        assert_eq!(parse_ports("65535"), ports(None, 65535));
+        let app = |local| {
+            Ok(Ports {
+                local,
+                remote: Remote::App("jupyter".into()),
+            })
+        };
+        assert_eq!(parse_ports("jupyter"), app(None));
+        assert_eq!(parse_ports("0:jupyter"), app(Some(0)));
+        assert!(parse_ports("Jupyter")
+            .unwrap_err()
+            .contains("not an app name"));
     }
 
     #[test]
