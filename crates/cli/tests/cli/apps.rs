@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
 use crate::common;
-use common::{browser_available, ok, python, text, Cluster, Proc};
+use common::{browser_available, ok, python, text, Cluster};
 use serde_json::Value;
 
 /// The app: answers every request with what it saw (path, the headers that matter, its prefix
@@ -194,21 +194,7 @@ fn an_http_app_is_served_under_its_path_without_the_managers_credentials() {
 
     // `session port-forward` reaches an app by its name, on the app's port.
     let app_port: u16 = rows[2][2].parse().unwrap();
-    let mut forward = Proc(
-        c.command(&["session", "port-forward", &id, "0:web"])
-            .env("CORRAL_TOKEN", &alice)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(forward.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let (from, to) = line.trim_end().split_once(" -> ").unwrap();
-    assert_eq!(to, app_port.to_string(), "{line}");
-    let local: u16 = from.rsplit(':').next().unwrap().parse().unwrap();
+    let (forward, local) = c.port_forward(&alice, &id, "web", app_port);
     let answer = get_at(local, "/direct", &[]);
     assert_eq!(answer.json()["path"], "/direct");
     drop(forward);

@@ -57,33 +57,6 @@ fn echoing(c: &Cluster) -> (Proc, String, String, u16) {
     (agent, id, alice, port)
 }
 
-/// `corral session port-forward ID 0:PORT` as the user of `token` (its standard error piped),
-/// and the local port it says it listens on (its one line, checked whole).
-fn forwarding(c: &Cluster, token: &str, id: &str, port: u16) -> (Proc, u16) {
-    let mut forward = Proc(
-        c.command(&["session", "port-forward", id, &format!("0:{port}")])
-            .env("CORRAL_TOKEN", token)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut line = String::new();
-    BufReader::new(forward.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let local: u16 = line
-        .strip_prefix("Forwarding from 127.0.0.1:")
-        .and_then(|rest| rest.split(' ').next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("{line:?}"));
-    assert_eq!(
-        line.trim_end(),
-        format!("Forwarding from 127.0.0.1:{local} -> {port}")
-    );
-    (forward, local)
-}
-
 fn exec_with_stdin(c: &Cluster, token: &str, args: &[&str], stdin: &[u8]) -> std::process::Output {
     let mut child = c
         .command(args)
@@ -209,7 +182,7 @@ fn port_forward_carries_a_large_transfer_whole_both_ways() {
     let c = Cluster::start(60);
     let (_agent, id, alice, port) = echoing(&c);
 
-    let (_forward, local) = forwarding(&c, &alice, &id, port);
+    let (_forward, local) = c.port_forward(&alice, &id, &port.to_string(), port);
 
     // The server listens once the session runs; connections may come before it does.
     let payload: Vec<u8> = (0..32u32 << 20)
@@ -276,8 +249,9 @@ for n in range(2, 200):
         break
 else:
     sys.exit("the new size never reached the shell")
-# Ctrl-C once the command runs (typed earlier, bash takes it at its prompt).
-os.write(master, b"echo STARTED$((0+1)); sleep 300; echo SLEPT$((0+1))\n")
+# Ctrl-C once the command runs in the foreground: its own output says so, which comes after
+# bash gave it the terminal (a Ctrl-C before that reaches bash, which waits on).
+os.write(master, b"sh -c 'echo STARTED$((0+1)); exec sleep 300'; echo SLEPT$((0+1))\n")
 until(b"STARTED1")
 os.write(master, b"\x03")
 until(b"^C")
@@ -372,7 +346,7 @@ fn an_agent_behind_nat_serves_exec_and_port_forward() {
     assert_eq!(said.trim(), id);
 
     // From outside, nothing gets in: not even to the port the session listens on.
-    let (_forward, local) = forwarding(&c, &c.token, &id, port);
+    let (_forward, local) = c.port_forward(&c.token, &id, &port.to_string(), port);
     let greeting = c.until("the server's greeting through the forward", || {
         let mut tcp = TcpStream::connect(("127.0.0.1", local)).ok()?;
         let mut got = String::new();
@@ -574,7 +548,7 @@ fn a_silent_terminal_behind_an_idle_dropping_proxy_stays_open() {
 fn port_forward_rides_out_a_manager_restart_saying_what_was_lost() {
     let mut c = Cluster::start(60);
     let (_agent, id, alice, port) = echoing(&c);
-    let (mut forward, local) = forwarding(&c, &alice, &id, port);
+    let (mut forward, local) = c.port_forward(&alice, &id, &port.to_string(), port);
     let echo = |word: &[u8]| -> Option<Vec<u8>> {
         let mut tcp = TcpStream::connect(("127.0.0.1", local)).ok()?;
         tcp.write_all(word).ok()?;

@@ -241,6 +241,36 @@ impl Cluster {
         self.agent(agent, name, "cpu=2")
     }
 
+    /// `corral session port-forward ID 0:REMOTE` as the user of `token` (its standard error
+    /// piped; REMOTE a port or an app's name, on `port`), and the local port it says it
+    /// listens on (its one line, checked whole).
+    pub fn port_forward(&self, token: &str, id: &str, remote: &str, port: u16) -> (Proc, u16) {
+        let mut forward = Proc(
+            self.command(&["session", "port-forward", id, &format!("0:{remote}")])
+                .env("CORRAL_TOKEN", token)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(forward.0.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let local: u16 = line
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        assert_eq!(
+            line.trim_end(),
+            format!("Forwarding from 127.0.0.1:{local} -> {port}")
+        );
+        (forward, local)
+    }
+
     /// A new token of the user `user` (the secret alone).
     pub fn user_token(&self, user: &str) -> String {
         ok(self.cli(&["token", "create", user])).trim().to_string()
