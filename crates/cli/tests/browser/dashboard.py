@@ -6,9 +6,8 @@ script exits non-zero. Inputs come from the environment (see dashboard.rs).
 import os
 import sys
 
-from selenium import webdriver
+from chrome import browser
 from selenium.common.exceptions import TimeoutException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -16,17 +15,6 @@ URL = os.environ["DASHBOARD_URL"]
 ARTIFACTS = os.environ["ARTIFACTS"]
 ALICE_SESSION = os.environ["ALICE_SESSION"]
 BOB_SESSION = os.environ["BOB_SESSION"]
-
-
-def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    # As root Chromium needs --no-sandbox; /dev/shm is small in containers.
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1280,1400"):
-        options.add_argument(arg)
-    # The explicit driver path keeps Selenium from downloading one.
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
 def shot(driver, name):

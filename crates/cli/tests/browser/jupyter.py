@@ -6,9 +6,8 @@ Each check prints one line when it holds; a failed check raises after a screensh
 """
 import os
 
-from selenium import webdriver
+from chrome import browser
 from selenium.common.exceptions import TimeoutException
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -21,15 +20,6 @@ TOKEN = os.environ["ALICE_TOKEN"]
 EXPECTED = os.environ["EXPECTED"]
 
 
-def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                "--window-size=1280,1000"):
-        options.add_argument(arg)
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-
-
 def wait_for(driver, name, condition, message, seconds=60):
     try:
         return WebDriverWait(driver, seconds, poll_frequency=0.25).until(lambda d: condition(d))
@@ -39,7 +29,7 @@ def wait_for(driver, name, condition, message, seconds=60):
                              f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}")
 
 
-driver = browser()
+driver = browser("1280,1000")
 try:
     driver.get(URL + "/ui/login")
     driver.find_element(By.ID, "token").send_keys(TOKEN)

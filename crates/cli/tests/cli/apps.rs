@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 
 use crate::common;
-use common::{browser_available, ok, python, text, Cluster};
+use common::{browser_available, ok, python, run_browser_script, text, Cluster};
 use serde_json::Value;
 
 /// The app: answers every request with what it saw (path, the headers that matter, its prefix
@@ -433,27 +433,17 @@ fn jupyterlab_runs_a_cell_in_a_browser_through_the_managers_proxy() {
         (answer.status == 200).then_some(())
     });
 
-    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("jupyter");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/jupyter.py");
     let expected: u64 = (0..2000u64).map(|i| i * i).sum();
-    let out = std::process::Command::new(python())
-        .arg(&script)
-        .env("DASHBOARD_URL", c.url())
-        .env("ALICE_TOKEN", &alice)
-        .env("SESSION", &id)
-        .env("EXPECTED", expected.to_string())
-        .env("ARTIFACTS", &artifacts)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the browser test failed (screenshots in {}):\nstdout: {}\nstderr: {}",
-        artifacts.display(),
-        text(&out.stdout),
-        text(&out.stderr)
+    let (url, expect) = (c.url(), expected.to_string());
+    let (report, _) = run_browser_script(
+        "jupyter",
+        &[
+            ("DASHBOARD_URL", &url),
+            ("ALICE_TOKEN", &alice),
+            ("SESSION", &id),
+            ("EXPECTED", &expect),
+        ],
     );
-    let report = text(&out.stdout);
     assert!(
         report.contains(&format!("the cell printed {expected}")),
         "{report}"

@@ -5,8 +5,6 @@
 //! `target/tmp/dashboard/` as the test's artifacts.
 use crate::common;
 
-use std::process::Command;
-
 use common::*;
 
 #[test]
@@ -80,29 +78,18 @@ fn the_dashboard_shows_groups_agents_queue_timeline_and_logs_in_a_browser() {
             .then_some(())
     });
 
-    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/dashboard.py");
-    let out = Command::new(python())
-        .arg(&script)
-        .env("DASHBOARD_URL", c.url())
-        .env("ADMIN_TOKEN", &c.token)
-        .env("ALICE_TOKEN", &alice)
-        .env("BOB_TOKEN", &bob)
-        .env("ALICE_SESSION", &alice_session)
-        .env("BOB_SESSION", &bob_session)
-        .env("ARTIFACTS", &artifacts)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the browser test failed (screenshots in {}):\nstdout: {}\nstderr: {}",
-        artifacts.display(),
-        text(&out.stdout),
-        text(&out.stderr)
+    let url = c.url();
+    let (report, artifacts) = run_browser_script(
+        "dashboard",
+        &[
+            ("DASHBOARD_URL", &url),
+            ("ADMIN_TOKEN", &c.token),
+            ("ALICE_TOKEN", &alice),
+            ("BOB_TOKEN", &bob),
+            ("ALICE_SESSION", &alice_session),
+            ("BOB_SESSION", &bob_session),
+        ],
     );
-    let report = text(&out.stdout);
     for step in [
         "logged in as admin",
         "group page",

@@ -396,3 +396,25 @@ pub fn browser_available() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Runs `tests/browser/{name}.py` with `env` and `ARTIFACTS` (its screenshots, kept in
+/// `target/tmp/{name}/`), asserts it succeeded, and returns what it printed and that directory.
+pub fn run_browser_script(name: &str, env: &[(&str, &str)]) -> (String, std::path::PathBuf) {
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/browser/{name}.py"));
+    let out = Command::new(python())
+        .arg(&script)
+        .envs(env.iter().copied())
+        .env("ARTIFACTS", &artifacts)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the browser test failed (screenshots in {}):\nstdout: {}\nstderr: {}",
+        artifacts.display(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    (text(&out.stdout), artifacts)
+}
