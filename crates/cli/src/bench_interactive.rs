@@ -32,7 +32,7 @@ pub async fn run(
     let config = dir.path().join("config.toml");
     let dev = Dev::start(dir.path(), &config)?;
     let client = {
-        let c = load_client_config_from(&config)?;
+        let c = load_client_config_from(&config, None)?;
         corral_api::Client::new(
             c.server.as_deref().unwrap_or_default(),
             c.token.as_deref().unwrap_or_default(),

@@ -5,6 +5,7 @@ mod agent;
 mod agent_build;
 mod batch;
 pub mod config;
+mod contexts;
 mod events;
 mod group;
 pub(crate) use group::print_plan;
@@ -56,6 +57,16 @@ pub struct Conn {
         value_name = "FILE"
     )]
     pub ca_file: Option<std::path::PathBuf>,
+    /// Which of the config file's contexts to use [default: its `current` one]
+    /// (`corral config ls`).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Connection",
+        env = "CORRAL_CONTEXT",
+        value_name = "NAME"
+    )]
+    pub context: Option<String>,
 }
 
 impl Conn {
@@ -64,6 +75,7 @@ impl Conn {
             self.server.as_deref(),
             self.token.as_deref(),
             self.ca_file.as_deref(),
+            self.context.as_deref(),
         )?)
     }
 }
@@ -131,6 +143,11 @@ pub enum Command {
         #[command(subcommand)]
         command: batch::Command,
     },
+    /// The client's config file: the managers it knows (contexts) and which one it uses.
+    Config {
+        #[command(subcommand)]
+        command: contexts::Command,
+    },
     /// API tokens (admin).
     Token {
         #[command(flatten)]
@@ -168,6 +185,8 @@ pub fn run(command: Command) -> Result<()> {
             Command::Events { conn, args } => events::run(&conn.api()?, args).await,
             Command::Batch { conn, command } => batch::run(&conn.api()?, command).await,
             Command::Token { conn, command } => token::run(&conn.api()?, command).await,
+            // Needs no manager.
+            Command::Config { command } => contexts::run(command),
         }
     })
 }

@@ -199,12 +199,13 @@ pub async fn runtime_of(
 
 /// Runs the agent daemon until Ctrl-C. Flags and environment win; then the metadata source the
 /// operator named; then the client config file.
-pub fn run_agent(
-    args: AgentArgs,
-    server: Option<String>,
-    token: Option<String>,
-    ca_file: Option<PathBuf>,
-) -> Result<()> {
+pub fn run_agent(args: AgentArgs, conn: crate::client::Conn) -> Result<()> {
+    let crate::client::Conn {
+        server,
+        token,
+        ca_file,
+        context,
+    } = conn;
     // Orphans of sessions (a `setsid` child whose parent exited) come back to this daemon,
     // so the runtime can find, stop and reap them. Not in `corral dev`, whose process also
     // hosts providers' agents, whose orphans its runtime could not tell apart.
@@ -248,6 +249,7 @@ pub fn run_agent(
         server.or(found.manager).as_deref(),
         given,
         ca_file.as_deref(),
+        context.as_deref(),
     )?;
     let server = resolved.server;
     let token = if key.is_some() {
@@ -470,6 +472,9 @@ pub struct DevArgs {
 /// The group `corral dev` creates and its agent joins.
 pub const DEV_GROUP: &str = "dev";
 
+/// The client context `corral dev` writes.
+const DEV_CONTEXT: &str = "dev";
+
 /// Runs a manager on embedded SQLite and a local agent in group `dev`, and writes the client
 /// configuration so that `corral session run -- CMD` works from another terminal, no flags.
 pub fn run_dev(args: DevArgs) -> Result<()> {
@@ -537,11 +542,14 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let path = write_client_config(&server, &token)?;
+        let written = write_client_context(&server, &token);
         // Not eprintln!, which panics (and the daemon with it) when standard error is closed.
         use std::io::Write as _;
         let _ = writeln!(std::io::stderr(), "corral dev: manager at {server}, agent \"dev-agent\" in group {DEV_GROUP:?}");
-        let _ = writeln!(std::io::stderr(), "client configuration written to {}; from another terminal: corral session run -- echo hello", path.display());
+        let _ = match written {
+            Ok(said) => writeln!(std::io::stderr(), "{said}; from another terminal: corral session run -- echo hello"),
+            Err(e) => writeln!(std::io::stderr(), "client configuration not written: {e:#}; from another terminal: corral --server {server} --token $(cat {}) session run -- echo hello", config.data_dir.join("admin.token").display()),
+        };
         tokio::select! {
             r = &mut agent => r.context("the agent stopped")?.map_err(anyhow::Error::from)?,
             r = &mut serving => r.context("the manager stopped")??,
@@ -551,39 +559,39 @@ pub fn run_dev(args: DevArgs) -> Result<()> {
     })
 }
 
-/// Writes server, token and default group into the client config file, keeping nothing else.
-fn write_client_config(server: &str, token: &str) -> Result<PathBuf> {
+/// Adds or updates the context `dev` in the client config file and makes it the current one,
+/// keeping every other context; says what it did, naming the context it replaced as current.
+/// A file that is not a valid config is left as it is.
+fn write_client_context(server: &str, token: &str) -> Result<String> {
+    use crate::client::config::{read_config_file, write_config_file};
     let path = client_config_path()
         .context("no home directory to write the client configuration in; set CORRAL_CONFIG")?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    let config = ClientConfig {
+    let mut file = read_config_file(&path)?;
+    let before = file.current_name();
+    let context = ClientConfig {
         server: Some(server.into()),
         token: Some(token.into()),
         group: Some(DEV_GROUP.into()),
         ca_file: None,
     };
-    let text = toml::to_string(&config).context("writing the client configuration")?;
-    write_private(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
-}
-
-/// The file holds a token: readable by its owner only. Written beside and renamed, so a
-/// client that reads it as it appears never finds it half-written.
-fn write_private(path: &std::path::Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut beside = path.as_os_str().to_owned();
-    beside.push(".new");
-    let beside = std::path::PathBuf::from(beside);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&beside)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::rename(&beside, path)
+    let existed = file.contexts().contains_key(DEV_CONTEXT);
+    file.set(DEV_CONTEXT, context)?;
+    file.use_context(DEV_CONTEXT)?;
+    write_config_file(&path, &file)?;
+    let verb = if existed { "updated" } else { "added" };
+    let mut said = format!(
+        "client context {DEV_CONTEXT:?} {verb} to {} and made current",
+        path.display()
+    );
+    if let Some(before) = before.filter(|b| b != DEV_CONTEXT) {
+        let was = file
+            .contexts()
+            .remove(&before)
+            .and_then(|c| c.server)
+            .unwrap_or_default();
+        said.push_str(&format!(
+            " (it was {before:?}, {was}; back to it with: corral config use {before})"
+        ));
+    }
+    Ok(said)
 }

@@ -305,7 +305,7 @@ fn run(cli: Cli) -> Result<()> {
             conn,
             command: None,
             daemon,
-        }) => daemons::run_agent(*daemon, conn.server, conn.token, conn.ca_file),
+        }) => daemons::run_agent(*daemon, conn),
         Command::Client(command) => client::run(command),
         Command::Dev(args) => daemons::run_dev(args),
         Command::AgentGuard(args) => daemons::run_guard(args),

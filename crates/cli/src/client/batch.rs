@@ -18,19 +18,14 @@ use super::{api_name, key_value, Out};
 /// Which group's batch system.
 #[derive(Args)]
 pub struct Group {
-    /// The scaling group [default: `group` in the config file, else dev].
+    /// The scaling group [default: `group` in the config file's context, else dev].
     #[arg(long, short)]
     group: Option<String>,
 }
 
 impl Group {
-    fn name(self) -> Result<String> {
-        Ok(match self.group {
-            Some(g) => g,
-            None => super::config::load_client_config()?
-                .group
-                .unwrap_or_else(|| "dev".into()),
-        })
+    fn name(self, api: &Api) -> String {
+        api.group_or_default(self.group)
     }
 }
 
@@ -315,7 +310,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             dir,
             out,
         } => {
-            let group = group.name()?;
+            let group = group.name(api);
             let job = ["groups", &group, "batch", "jobs", &id];
             let json = matches!(out.output, crate::Output::Json);
             super::run::outputs(api, &job, &dir, json).await
@@ -341,7 +336,7 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             state,
             out,
         } => {
-            let group = group.name()?;
+            let group = group.name(api);
             let change = config_change(drain, reason, resume, queue, state);
             config(api, &group, change, out).await
         }
@@ -388,7 +383,7 @@ async fn bind(api: &Api, args: BindArgs) -> Result<()> {
             sessions,
         },
     };
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api
         .put(&["groups", &group, "batch"], &body_of(&config)?)
         .await?;
@@ -401,7 +396,7 @@ async fn bind(api: &Api, args: BindArgs) -> Result<()> {
 
 /// `batch unbind`: the binding deleted; the scheduler's jobs stay.
 async fn unbind(api: &Api, group: Group, out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api.delete(&["groups", &group, "batch"]).await?;
     if !render::json_or(out.output, &reply, || json!({"unbound": group})) {
         println!("group {group} bound to no batch system");
@@ -411,7 +406,7 @@ async fn unbind(api: &Api, group: Group, out: Out) -> Result<()> {
 
 /// `batch system`: the binding, one `key value` line per option.
 async fn system(api: &Api, group: Group, out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api.get(&["groups", &group, "batch"], &[]).await?;
     if !render::json(out.output, &reply) {
         let c: BatchConfig = parse(&reply)?;
@@ -449,7 +444,7 @@ async fn system(api: &Api, group: Group, out: Out) -> Result<()> {
 
 /// `batch jobs`: those the filters in `query` select, as a table.
 async fn jobs(api: &Api, group: Group, query: &[(&str, Option<String>)], out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api.get(&["groups", &group, "batch", "jobs"], query).await?;
     if !render::json(out.output, &reply) {
         let jobs: Vec<BatchJob> = parse(&reply)?;
@@ -468,7 +463,7 @@ async fn jobs(api: &Api, group: Group, query: &[(&str, Option<String>)], out: Ou
 
 /// `batch job`: one job's fields, times in RFC 3339.
 async fn job(api: &Api, group: Group, id: &str, out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api
         .get(&["groups", &group, "batch", "jobs", id], &[])
         .await?;
@@ -510,7 +505,7 @@ async fn job(api: &Api, group: Group, id: &str, out: Out) -> Result<()> {
 /// `batch submit`: the job (or with --dry-run, what would run) sent, then its inputs.
 async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
     let spec = job_spec(&args)?;
-    let group = args.group.name()?;
+    let group = args.group.name(api);
     let query = [("dry_run", args.dry_run.then(|| "true".to_string()))];
     let path = ["groups", &group, "batch", "jobs"];
     let body = body_of(&spec)?;
@@ -566,7 +561,7 @@ fn job_spec(args: &SubmitArgs) -> Result<JobSpec> {
 
 /// `batch cancel`: the job deleted, then one line.
 async fn cancel(api: &Api, group: Group, id: &str, out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api.delete(&["groups", &group, "batch", "jobs", id]).await?;
     if !render::json(out.output, &reply) {
         println!("cancelled job {id}");
@@ -576,7 +571,7 @@ async fn cancel(api: &Api, group: Group, id: &str, out: Out) -> Result<()> {
 
 /// `batch signal`: the signal sent to the job, then one line.
 async fn send_signal(api: &Api, group: Group, id: &str, signal: String, out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let body = body_of(&SignalBody {
         signal: signal.clone(),
     })?;
@@ -594,7 +589,7 @@ async fn send_signal(api: &Api, group: Group, id: &str, signal: String, out: Out
 
 /// `batch nodes`: the cluster's nodes as a table, memory in GiB.
 async fn nodes(api: &Api, group: Group, out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api.get(&["groups", &group, "batch", "nodes"], &[]).await?;
     if !render::json(out.output, &reply) {
         let nodes: Vec<Node> = parse(&reply)?;
@@ -709,7 +704,7 @@ fn job_row(j: &BatchJob) -> Vec<String> {
 
 /// `hold`, `release`: a POST on the job, then one line.
 async fn act(api: &Api, group: Group, id: &str, action: &str, done: &str, out: Out) -> Result<()> {
-    let group = group.name()?;
+    let group = group.name(api);
     let reply = api
         .post(&["groups", &group, "batch", "jobs", id, action], None)
         .await?;

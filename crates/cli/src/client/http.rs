@@ -21,6 +21,7 @@ pub struct Reply {
 #[derive(Clone)]
 pub struct Api {
     client: Client,
+    group: Option<String>,
 }
 
 impl Api {
@@ -32,7 +33,17 @@ impl Api {
         )
         .map_err(advice)?
         .with_timeout(Duration::from_secs(60));
-        Ok(Api { client })
+        Ok(Api {
+            client,
+            group: resolved.group,
+        })
+    }
+
+    /// The group given, else the context's, else `dev` (what `corral dev` creates).
+    pub fn group_or_default(&self, group: Option<String>) -> String {
+        group
+            .or_else(|| self.group.clone())
+            .unwrap_or_else(|| "dev".into())
     }
 
     /// The manager's URL, as configured.

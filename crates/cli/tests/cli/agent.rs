@@ -31,9 +31,79 @@ fn start_dev_isolated(dir: &Path, isolation: &str) -> Proc {
     eventually(
         "corral dev to write its client configuration",
         Duration::from_secs(10),
-        || dir.join("config.toml").exists(),
+        || {
+            std::fs::read_to_string(dir.join("config.toml"))
+                .is_ok_and(|c| c.contains("[contexts.dev]"))
+        },
     );
     dev
+}
+
+/// Issue 51 item 2: a client configuration naming another manager survives `corral dev`, which
+/// adds its own context beside it; `config ls`, `config use` and `--context` move between them.
+#[test]
+fn dev_adds_its_context_beside_a_configuration_that_points_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let _leftovers = KillLeftovers::new(dir.path());
+    // "prod": a manager that does not answer here, and its token.
+    let prod = format!("http://127.0.0.1:{}", free_port());
+    let config = dir.path().join("config.toml");
+    let before = format!("server = \"{prod}\"\ntoken = \"corral_prod_token\"\n");
+    std::fs::write(&config, &before).unwrap();
+    let _dev = start_dev(dir.path());
+
+    let written = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        written.contains(&before),
+        "the prod context is kept as it was:\n{written}"
+    );
+    let ls = corral(dir.path(), &["config", "ls"]);
+    let listed: Vec<Vec<String>> = text(&ls.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    assert_eq!(listed[0], ["CURRENT", "NAME", "SERVER", "GROUP"]);
+    assert_eq!(listed[1], ["default", prod.as_str(), "-"], "{listed:?}");
+    assert_eq!(
+        (
+            listed[2][0].as_str(),
+            listed[2][1].as_str(),
+            listed[2][3].as_str()
+        ),
+        ("*", "dev", "dev")
+    );
+    assert!(listed[2][2].starts_with("http://127.0.0.1:"), "{listed:?}");
+    assert!(
+        !text(&ls.stdout).contains("corral_prod_token"),
+        "tokens are never listed"
+    );
+
+    let hello = corral(dir.path(), &["session", "run", "--", "echo", "hello"]);
+    assert_eq!(text(&hello.stdout), "hello\n", "{}", text(&hello.stderr));
+
+    // Back to prod: commands go there, and to dev only when asked.
+    let used = corral(dir.path(), &["config", "use", "default"]);
+    assert_eq!(
+        text(&used.stdout),
+        format!("using context \"default\" ({prod})\n")
+    );
+    let unreachable = corral(dir.path(), &["session", "ls"]);
+    assert!(
+        text(&unreachable.stderr).contains(&format!("cannot reach the manager at {prod}")),
+        "{}",
+        text(&unreachable.stderr)
+    );
+    let asked = corral(dir.path(), &["session", "ls", "--context", "dev"]);
+    assert_eq!(asked.status.code(), Some(0), "{}", text(&asked.stderr));
+    let unknown = corral(dir.path(), &["config", "use", "staging"]);
+    assert!(
+        text(&unknown.stderr).contains("no context \"staging\"; the config file has: default, dev"),
+        "{}",
+        text(&unknown.stderr)
+    );
+    assert!(std::fs::read_to_string(&config)
+        .unwrap()
+        .contains("current = \"default\""));
 }
 
 /// `corral dev --isolation on` (issue 43, items 4 and 10): the manager's data (the admin

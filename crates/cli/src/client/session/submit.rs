@@ -135,7 +135,7 @@ pub(super) async fn run_and_exit(api: &Api, args: RunArgs) -> Result<()> {
         command,
     } = args;
     let body = NewSession {
-        group: group_or_default(group)?,
+        group: api.group_or_default(group),
         image,
         command,
         request: request.slots,
@@ -174,7 +174,7 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
         command,
     } = args;
     let body = NewSession {
-        group: group_or_default(group)?,
+        group: api.group_or_default(group),
         kind: match (kind, interactive) {
             (Some(k), _) => Some(api_value(&k)?),
             (None, true) => Some(corral_core::SessionType::Interactive),
@@ -253,16 +253,6 @@ async fn submit_alike(api: &Api, sent: Sent<'_>, count: u32) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The group given, else the config file's, else `dev` (what `corral dev` creates).
-fn group_or_default(group: Option<String>) -> Result<String> {
-    Ok(match group {
-        Some(g) => g,
-        None => super::super::config::load_client_config()?
-            .group
-            .unwrap_or_else(|| "dev".into()),
-    })
 }
 
 /// Says on stderr when the image's minimums raised the request (what the session needs is then
