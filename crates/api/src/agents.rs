@@ -37,3 +37,15 @@ pub struct AgentQuery {
     /// Only agents in this state.
     pub state: Option<corral_core::AgentState>,
 }
+
+/// `DELETE /agents/{id}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+#[serde(deny_unknown_fields)]
+pub struct RemoveAgent {
+    /// Gone for good: the group no longer counts on it. By default a removed agent's shape is
+    /// remembered for the manager's retention, and sessions only it could hold wait for it
+    /// rather than being refused.
+    #[serde(default)]
+    pub forget: bool,
+}

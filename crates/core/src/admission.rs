@@ -12,7 +12,8 @@ use crate::slots::{Quantity, Slots};
 use crate::snapshot::Snapshot;
 
 /// Checks one request against a snapshot (the synchronous check at submit): its device asks
-/// valid, and some agent that may take sessions again or launchable template able to hold it.
+/// valid, and some agent that may take sessions again, launchable template, or capacity that
+/// may come back ([`crate::expected`]) able to hold it.
 pub fn admit(
     snapshot: &Snapshot,
     required: &Slots,
@@ -25,7 +26,12 @@ pub fn admit(
         .map_err(|e| Infeasible::BadDevices(e.to_string()))?;
     let dims = dims.finish(snapshot, None);
     let need = dims.need(&named, &need);
-    verdicts(snapshot, &dims, &[need]).remove(0)
+    match verdicts(snapshot, &dims, &[need]).remove(0) {
+        // Capacity away now (removed within the retention, declared) that could hold it: it
+        // waits for it.
+        Err(_) if crate::expected::holders(snapshot, required, constraints).is_some() => Ok(()),
+        verdict => verdict,
+    }
 }
 
 /// Each need's verdict against the standing candidates of `s`
@@ -171,6 +177,7 @@ mod tests {
             last_scale_out: None,
             launch_limits: Default::default(),
             array_holding: Default::default(),
+            removed: Default::default(),
         }
     }
 
@@ -260,6 +267,26 @@ mod tests {
             check(&s, "gpu=1"),
             Err("the group has no agent and no launchable template".into())
         );
+    }
+
+    #[test]
+    fn agents_removed_within_the_retention_and_declared_nodes_count() {
+        let mut s = group(PolicyKind::Fixed, &[]);
+        s.removed.push(crate::expected::Removed {
+            id: "node1".into(),
+            capacity: "cpu=8,mem=32GiB".parse().unwrap(),
+            devices: Vec::new(),
+            removed_at: Timestamp(0),
+        });
+        assert_eq!(check(&s, "cpu=8,mem=32GiB"), Ok(()));
+        assert_eq!(
+            check(&s, "cpu=9"),
+            Err("the group has no agent and no launchable template".into())
+        );
+        s.removed.clear();
+        (s.group.policy.expected_nodes).insert("node7".into(), "cpu=16".parse().unwrap());
+        assert_eq!(check(&s, "cpu=9"), Ok(()));
+        assert_eq!(check(&s, "gpu=1").map_err(|_| ()), Err(()));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::decisions::{
 use crate::dense::{fits, Rows, SlotIndex, Vector};
 use crate::devices::{DeviceConstraint, DeviceGrant};
 use crate::dimensions::{self, Dimensions};
+use crate::expected;
 use crate::ledger::{DeviceNeed, Ledger};
 use crate::model::{AgentState, Sequencer, Session, SessionState, Timestamp};
 use crate::planner::PriceMemo;
@@ -217,6 +218,8 @@ struct Queue<'p> {
     /// sequencer's keys.
     capped: Vec<usize>,
     caps: Caps<'p>,
+    /// Per class: what may come back and could hold it, where nothing in the group now can.
+    away: Vec<Option<String>>,
 }
 
 /// Step 1: rejects, with the reason, the pending sessions that no agent and no launchable template
@@ -230,9 +233,23 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
     };
     let mut admitted: Vec<usize> = Vec::with_capacity(pass.pending.len());
     let mut admitted_class: Vec<usize> = Vec::with_capacity(pass.pending.len());
+    // Per class nothing standing holds: what away now could (asked once per class).
+    let mut away: Vec<Option<Option<String>>> = vec![None; pass.class_needs.len()];
     for (i, session) in pass.pending.iter().enumerate() {
         let verdict = match &pass.classes[i] {
-            Ok(c) => verdicts[*c].as_ref().map(|()| *c),
+            Ok(c) => match &verdicts[*c] {
+                Ok(()) => Ok(*c),
+                Err(reason) => {
+                    let holders = away[*c].get_or_insert_with(|| {
+                        expected::holders(s, &pass.required[i], &session.constraints)
+                    });
+                    if holders.is_some() {
+                        Ok(*c)
+                    } else {
+                        Err(reason)
+                    }
+                }
+            },
             Err(reason) => Err(reason),
         };
         match verdict {
@@ -269,6 +286,7 @@ fn admit<'p>(s: &Snapshot, pass: &'p Pass, decisions: &mut Decisions) -> Queue<'
         order,
         capped,
         caps,
+        away: away.into_iter().map(Option::flatten).collect(),
     }
 }
 
@@ -423,6 +441,7 @@ fn scale<'p>(
         arrived: &arrived,
         held_from,
         classes: pass.class_needs.len(),
+        away: &queue.away,
         prices,
     });
     write_scaling(s, index, &plan, decisions);

@@ -188,6 +188,9 @@ pub enum NoLaunch {
     /// Only agents that take no sessions now could hold it (no live one, no template): it waits
     /// for one of them to come back. `agents` names them with their state (`a1 (lost)`).
     Unavailable { agents: String },
+    /// Nothing in the group now could hold it, but capacity that may come back could (agents
+    /// removed within the retention, nodes the policy declares), described.
+    Away { holders: String },
     /// The templates that fit are held back by the provider's backoff or launch budget.
     Held { reason: String },
     /// Room exists, but the session queue in front of it has not got there yet.
@@ -207,6 +210,9 @@ impl fmt::Display for WaitReason {
             WaitReason::HeldBehind { session } => {
                 write!(f, "held behind session {session} at the head of the queue")
             }
+            WaitReason::NoRoom {
+                because: NoLaunch::Away { holders },
+            } => write!(f, "no agent now; {holders}"),
             WaitReason::NoRoom { because } => {
                 f.write_str("no agent has room")?;
                 match because {
@@ -251,6 +257,8 @@ impl fmt::Display for WaitReason {
                     ),
                     NoLaunch::Held { reason } => write!(f, "; {reason}"),
                     NoLaunch::Queue => f.write_str(" yet"),
+                    // Written above, without "has room".
+                    NoLaunch::Away { holders } => write!(f, "; {holders}"),
                 }
             }
             WaitReason::ArrayLimit {

@@ -11,6 +11,7 @@ pub mod dense;
 pub mod devices;
 pub mod dimensions;
 pub mod disconnect;
+pub mod expected;
 pub mod governor;
 pub mod grants;
 pub mod image_update;

@@ -112,6 +112,11 @@ pub struct ScalingPolicy {
     pub agent_update: crate::AgentUpdate,
     /// Whether agents keep the images they hold current with their registry.
     pub image_update: crate::ImageAutoUpdate,
+    /// Nodes expected in the group though not joined now, by name, with their shapes: a session
+    /// only they could hold waits for them instead of being refused (model or memory
+    /// constraints on devices are not met by a declared node, which gives only counts).
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::ExpectedNodes))]
+    pub expected_nodes: std::collections::BTreeMap<String, Slots>,
 }
 
 /// Agents that no provider of the group launched: they join by proving they hold a key
@@ -230,6 +235,7 @@ impl Default for ScalingPolicy {
             external: ExternalAgents::default(),
             agent_update: crate::AgentUpdate::default(),
             image_update: crate::ImageAutoUpdate::default(),
+            expected_nodes: Default::default(),
         }
     }
 }

@@ -218,6 +218,17 @@ crate::schema_type!(
 );
 
 crate::schema_type!(
+    /// Nodes a group expects though they have not joined, by agent name, with their shapes.
+    ExpectedNodes = json!({
+        "type": "object",
+        "maxProperties": crate::expected::MAX_EXPECTED_NODES,
+        "propertyNames": {"pattern": NAME_PATTERN},
+        "additionalProperties": reference("RequiredSlots")
+    });
+    uses RequiredSlots
+);
+
+crate::schema_type!(
     /// A version of Corral, as the manager's `names::check_version` accepts it.
     Version = json!({
         "type": "string",

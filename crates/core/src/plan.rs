@@ -164,6 +164,7 @@ impl Problem {
                 external: d.external,
                 agent_update: d.agent_update.clone(),
                 image_update: d.image_update,
+                expected_nodes: d.expected_nodes,
             },
             scheduler: SchedulerConfig {
                 sequencer: g.scheduler.unwrap_or_default(),
@@ -230,6 +231,7 @@ impl Problem {
             last_scale_out: self.last_scale_out,
             launch_limits: Default::default(),
             array_holding,
+            removed: Vec::new(),
         })
     }
 }

@@ -35,6 +35,10 @@ pub struct Snapshot {
     /// array not named holds none.
     #[serde(default)]
     pub array_holding: BTreeMap<String, u32>,
+    /// Agents removed by hand within the retention: with the nodes the policy declares
+    /// (`expected_nodes`), capacity that may come back, which a session may wait for.
+    #[serde(default)]
+    pub removed: Vec<crate::expected::Removed>,
 }
 
 impl Snapshot {

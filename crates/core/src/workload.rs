@@ -137,6 +137,7 @@ pub fn snapshot(policy: PolicyKind, agents_n: usize, sessions_n: usize, seed: u6
         last_scale_out: None,
         launch_limits: Default::default(),
         array_holding: Default::default(),
+        removed: Default::default(),
     }
 }
 
@@ -269,6 +270,7 @@ pub fn gpu_snapshot(agents_n: usize, sessions_n: usize, seed: u64) -> Snapshot {
         last_scale_out: None,
         launch_limits: Default::default(),
         array_holding: Default::default(),
+        removed: Default::default(),
     }
 }
 

@@ -100,7 +100,7 @@ prop_compose! {
                 policy: ScalingPolicy {
                     kind: if demand { PolicyKind::Demand } else { PolicyKind::Fixed },
                     min_nodes: min, max_nodes: min + extra, headroom: slots(headroom_cpu, headroom_gpu),
-                    idle_wait_secs: 300, cooldown_secs: 60, batch_idle_ms: 0, batch_max_ms: 0, max_launches_per_pass: 100, on_agent_lost: OnAgentLost::Requeue, on_disconnect: Default::default(), termination: Termination::default(), external: ExternalAgents::default(), agent_update: Default::default(), image_update: Default::default(),
+                    idle_wait_secs: 300, cooldown_secs: 60, batch_idle_ms: 0, batch_max_ms: 0, max_launches_per_pass: 100, on_agent_lost: OnAgentLost::Requeue, on_disconnect: Default::default(), termination: Termination::default(), external: ExternalAgents::default(), agent_update: Default::default(), image_update: Default::default(), expected_nodes: Default::default(),
                 },
                 scheduler: SchedulerConfig {
                     sequencer: [Sequencer::Fifo, Sequencer::Lifo, Sequencer::Priority, Sequencer::Drf][sequencer as usize],
@@ -114,6 +114,7 @@ prop_compose! {
             last_scale_out: cooling.then_some(Timestamp(690_000)),
             launch_limits: Default::default(),
             array_holding,
+            removed: Default::default(),
         }
     }
 }

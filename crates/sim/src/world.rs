@@ -115,6 +115,7 @@ impl<'a> World<'a> {
                 last_scale_out: None,
                 launch_limits: BTreeMap::new(),
                 array_holding: BTreeMap::new(),
+                removed: Default::default(),
             },
             pending: 0,
             backlog: Vec::new(),

@@ -104,6 +104,8 @@ impl Store {
         if group.is_none() {
             return Err(StoreError::not_found("group", &agent.group));
         }
+        // Back: no longer awaited as removed.
+        crate::removed_agents::forget(tx, &agent.id.0).await?;
         let idle_since = agent
             .allocated
             .is_empty()
@@ -431,10 +433,16 @@ impl Store {
     /// back) are gone with it: back in the queue (`requeue`, its group's `on_agent_lost`) or
     /// failed. `NotFound` if there is no such agent, `Refused` naming the sessions a taking
     /// part agent runs.
-    pub async fn remove_agent(&self, id: &str, requeue: bool, now: Timestamp) -> Result<Removed> {
+    pub async fn remove_agent(
+        &self,
+        id: &str,
+        requeue: bool,
+        remember: bool,
+        now: Timestamp,
+    ) -> Result<Removed> {
         let mut tx = self.write_tx().await?;
         let row = sqlx::query(self.locking(crate::locked!(
-            "SELECT group_name, state FROM agents WHERE id = $1"
+            "SELECT group_name, state, capacity, devices FROM agents WHERE id = $1"
         )))
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -468,6 +476,13 @@ impl Store {
                 "agent {id:?} runs sessions ({shown}{more}): cancel them, or drain the agent \
                  and wait for them to end"
             )));
+        }
+        if remember {
+            let shape = crate::removed_agents::Shape {
+                capacity: f.text("capacity")?,
+                devices: f.text("devices")?,
+            };
+            crate::removed_agents::remember(&mut tx, id, &group, &shape, now).await?;
         }
         sqlx::query("DELETE FROM agents WHERE id = $1")
             .bind(id)

@@ -198,6 +198,10 @@ impl Store {
             .bind(name)
             .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM removed_agents WHERE group_name = $1")
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
         // Whose jobs these were, its registry accounts, its lease and its governor are nothing to a group of the same
         // name made later.
         for table in [

@@ -23,7 +23,7 @@ impl Store {
     /// sequencer's order, of each array with a limit only those its limit lets be placed; under
     /// DRF also those scheduled or running), how many sessions of each array with a limit and
     /// pending sessions hold capacity (`array_holding`), all images, its launches in flight,
-    /// and when it last launched. `NotFound` if there is no such group.
+    /// when it last launched, and its agents removed by hand and not back. `NotFound` if there is no such group.
     pub async fn snapshot(&self, group: &str, now: Timestamp) -> Result<Snapshot> {
         let mut tx = self.read_tx().await?;
         let row = sqlx::query(
@@ -65,6 +65,7 @@ impl Store {
             .collect::<Result<Vec<_>>>()?;
         let in_flight =
             in_flight(&crate::instances::fetch(&mut tx, group, &InstancePhase::IN_FLIGHT).await?);
+        let removed = crate::removed_agents::of_group(&mut tx, group).await?;
         tx.commit().await?;
         Ok(Snapshot {
             now,
@@ -76,6 +77,7 @@ impl Store {
             last_scale_out,
             launch_limits: Default::default(),
             array_holding,
+            removed,
         })
     }
 }

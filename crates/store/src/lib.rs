@@ -29,6 +29,7 @@ mod instances;
 mod leases;
 mod managers;
 mod registry_logins;
+mod removed_agents;
 mod retention;
 mod sessions;
 /// Fresh PostgreSQL databases, for tests of this crate and its users (the `testing` feature).
@@ -189,6 +190,12 @@ const MIGRATIONS: &[(i64, &str, &str, &str)] = &[
         "array_tails",
         include_str!("../migrations/sqlite/0020_array_tails.sql"),
         include_str!("../migrations/postgres/0020_array_tails.sql"),
+    ),
+    (
+        21,
+        "removed_agents",
+        include_str!("../migrations/sqlite/0021_removed_agents.sql"),
+        include_str!("../migrations/postgres/0021_removed_agents.sql"),
     ),
 ];
 

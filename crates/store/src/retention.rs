@@ -1,5 +1,6 @@
-//! What ended long ago is forgotten: terminated agents (with their tokens), ended instances, and
-//! bootstrap tokens used or expired, once they are older than the manager's retention.
+//! What ended long ago is forgotten: terminated agents (with their tokens), agents removed by
+//! hand, ended instances, and bootstrap tokens used or expired, once they are older than the
+//! manager's retention.
 
 use corral_core::Timestamp;
 
@@ -41,6 +42,10 @@ impl Store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+        sqlx::query("DELETE FROM removed_agents WHERE removed_at < $1")
+            .bind(before.0)
+            .execute(&mut *tx)
+            .await?;
         let instances = sqlx::query(
             "DELETE FROM instances WHERE state IN ('terminated', 'failed') AND updated_at < $1",
         )

@@ -1541,13 +1541,13 @@ on_both!(
         s.apply("g", &snap, &placed, t(3)).await.unwrap();
 
         // While it runs a session it stays, and the refusal names the session.
-        match s.remove_agent("a1", true, t(4)).await {
+        match s.remove_agent("a1", true, true, t(4)).await {
             Err(StoreError::Refused(why)) => assert!(why.contains("s1"), "{why}"),
             other => panic!("{other:?}"),
         }
         assert!(s.get_agent("a1").await.unwrap().is_some());
         s.cancel_session("s1", t(5), "x").await.unwrap();
-        let removed = s.remove_agent("a1", true, t(6)).await.unwrap();
+        let removed = s.remove_agent("a1", true, true, t(6)).await.unwrap();
         assert_eq!(
             (removed.group.as_str(), removed.revoked, removed.released),
             ("g", vec!["hash-agent".to_string()], vec![])
@@ -1569,7 +1569,7 @@ on_both!(
             .any(|e| e.kind == "removed" && e.agent.as_deref() == Some("a1"));
         assert!(removed);
         assert!(matches!(
-            s.remove_agent("a1", true, t(7)).await,
+            s.remove_agent("a1", true, true, t(7)).await,
             Err(StoreError::NotFound { .. })
         ));
         // With its agent gone and its session ended, the group can go.
@@ -1736,6 +1736,48 @@ on_both!(what_ended_before_the_retention_is_forgotten, |db| {
     assert!(s.get_instance(&launched[1].id).await.unwrap().is_some());
     assert_eq!(s.prune(t(100)).await.unwrap(), Default::default());
 });
+
+on_both!(
+    an_agent_removed_by_hand_is_remembered_until_it_joins_or_the_retention,
+    |db| {
+        let s = &db.store;
+        populate(
+            s,
+            "g",
+            &[
+                agent("a1", "g", "cpu=8,mem=32GiB"),
+                agent("a2", "g", "cpu=2"),
+            ],
+            &[],
+        )
+        .await;
+        s.remove_agent("a1", true, true, t(10)).await.unwrap();
+        s.remove_agent("a2", true, false, t(10)).await.unwrap();
+        let removed = s.snapshot("g", t(11)).await.unwrap().removed;
+        assert_eq!(removed.len(), 1, "a2 was forgotten: {removed:?}");
+        assert_eq!(
+            (removed[0].id.as_str(), removed[0].removed_at),
+            ("a1", t(10))
+        );
+        assert_eq!(removed[0].capacity, "cpu=8,mem=32GiB".parse().unwrap());
+        assert_eq!(s.removed_agents("g").await.unwrap(), removed);
+
+        // Back: no longer awaited; removed again, then past the retention: forgotten.
+        s.upsert_agent(&agent("a1", "g", "cpu=8,mem=32GiB"), t(20))
+            .await
+            .unwrap();
+        assert!(s.removed_agents("g").await.unwrap().is_empty());
+        s.remove_agent("a1", true, true, t(30)).await.unwrap();
+        s.prune(t(30)).await.unwrap();
+        assert_eq!(
+            s.removed_agents("g").await.unwrap().len(),
+            1,
+            "removed at the cutoff: kept"
+        );
+        s.prune(t(31)).await.unwrap();
+        assert!(s.removed_agents("g").await.unwrap().is_empty());
+    }
+);
 
 on_both!(sessions_are_listed_newest_first_and_by_activity, |db| {
     let s = &db.store;
@@ -2071,7 +2113,7 @@ on_both!(agent_images_are_replaced_per_agent_and_go_with_it, |db| {
         [("r/x:1".into(), "a1".into()), ("r/x:1".into(), "a2".into())]
     );
     // A removed agent holds nothing any more.
-    s.remove_agent("a2", true, t(5)).await.unwrap();
+    s.remove_agent("a2", true, true, t(5)).await.unwrap();
     let x = s.image_holdings("r/x:1").await.unwrap();
     assert_eq!(
         x.iter().map(|h| h.agent.as_str()).collect::<Vec<_>>(),
@@ -2230,7 +2272,7 @@ on_both!(
         s.mark_agent_lost("a2", t(40), "stay with it")
             .await
             .unwrap();
-        let removed = s.remove_agent("a2", false, t(60)).await.unwrap();
+        let removed = s.remove_agent("a2", false, true, t(60)).await.unwrap();
         assert_eq!(removed.released, ["s2"]);
         let s2 = s.get_session("s2").await.unwrap().unwrap();
         assert_eq!(s2.session.state, SessionState::Failed);

@@ -79,6 +79,10 @@ pub enum Command {
     Rm {
         /// The agent's id.
         id: String,
+        /// Gone for good: by default its shape is remembered for the manager's retention, and
+        /// sessions only it could hold wait for it to come back rather than being refused.
+        #[arg(long)]
+        forget: bool,
         #[command(flatten)]
         out: Out,
     },
@@ -128,8 +132,14 @@ pub async fn run(api: &Api, command: Command) -> Result<()> {
             show(api.post(&["agents", &id, "unmark"], None).await?, out)?
         }
         Command::Keygen { out } => keygen(&out)?,
-        Command::Rm { id, out } => {
-            let reply = api.delete(&["agents", &id]).await?;
+        Command::Rm { id, forget, out } => {
+            let reply = if forget {
+                let query = [("forget", Some("true".to_string()))];
+                api.call(reqwest::Method::DELETE, &["agents", &id], &query, None)
+                    .await?
+            } else {
+                api.delete(&["agents", &id]).await?
+            };
             if !render::json_or(out.output, &reply, || json!({"deleted": "agent", "id": id})) {
                 println!("agent {id} removed");
             }

@@ -870,3 +870,128 @@ fn a_request_only_a_drained_agent_could_hold_waits_for_it() {
     });
     assert_eq!(text(&c.cli(&["session", "logs", &id]).stdout), "back\n");
 }
+
+/// Issue 51 item 3: on a fixed group, `agent rm` of the last agent (a node down for
+/// maintenance) leaves the queue waiting for it, saying so, and the sessions run when it joins
+/// again; `--forget` says it is gone for good; a node the policy declares is waited for too.
+/// What nothing known to the group could hold is still refused at submit.
+#[test]
+fn a_queue_survives_the_removal_of_the_last_agent() {
+    let c = Cluster::start(10);
+    ok(c.cli(&["group", "create", "maint"]));
+    let node1 = c.agent("node1", "maint", "cpu=8,mem=32GiB");
+    ok(c.cli(&["agent", "drain", "node1"]));
+    let queued: Vec<String> = (0..2)
+        .map(|_| {
+            c.submit(&[
+                "--group",
+                "maint",
+                "--request",
+                "cpu=2",
+                "--",
+                "echo",
+                "back",
+            ])
+        })
+        .collect();
+    c.until("the sessions wait for the drained node", || {
+        let s = c.listed(&queued[1]);
+        s["wait_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("drained"))
+            .then_some(())
+    });
+    drop(node1);
+    ok(c.cli(&["agent", "rm", "node1"]));
+
+    for id in &queued {
+        let waiting = c.until("the session says it waits for the removed node", || {
+            let s = c.listed(id);
+            s["wait_reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("removed"))
+                .then_some(s)
+        });
+        assert_eq!(waiting["state"], "pending", "{waiting}");
+        let reason = waiting["wait_reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("no agent now; node1 (cpu=8,mem=32GiB) was removed ")
+                && reason.ends_with(" ago"),
+            "{reason}"
+        );
+    }
+    let more = c.submit(&["--group", "maint", "--request", "cpu=8", "--", "true"]);
+    let beyond = c.cli(&[
+        "session",
+        "submit",
+        "--group",
+        "maint",
+        "--request",
+        "cpu=9",
+        "--",
+        "true",
+    ]);
+    assert!(!beyond.status.success(), "{}", text(&beyond.stdout));
+    assert!(
+        text(&beyond.stderr).contains("the group has no agent and no launchable template"),
+        "{}",
+        text(&beyond.stderr)
+    );
+
+    // Back from maintenance: everything queued runs there.
+    let node1 = c.agent("node1", "maint", "cpu=8,mem=32GiB");
+    for id in queued.iter().chain([&more]) {
+        c.until("the queued session runs once node1 is back", || {
+            (c.listed(id)["state"] == "succeeded").then_some(())
+        });
+    }
+    assert_eq!(
+        text(&c.cli(&["session", "logs", &queued[0]]).stdout),
+        "back\n"
+    );
+
+    // Gone for good: nothing waits for it.
+    drop(node1);
+    ok(c.cli(&["agent", "rm", "node1", "--forget"]));
+    let refused = c.cli(&[
+        "session",
+        "submit",
+        "--group",
+        "maint",
+        "--request",
+        "cpu=2",
+        "--",
+        "true",
+    ]);
+    assert!(!refused.status.success(), "{}", text(&refused.stdout));
+    assert!(
+        text(&refused.stderr).contains("the group has no agent and no launchable template"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    // A node the operator declares, not joined yet.
+    ok(c.cli(&[
+        "group",
+        "set-policy",
+        "maint",
+        "--expected-node",
+        "node7=cpu=16,mem=64GiB",
+    ]));
+    let declared = c.submit(&["--group", "maint", "--request", "cpu=12", "--", "true"]);
+    let waiting = c.until("the session says it waits for the declared node", || {
+        let s = c.listed(&declared);
+        s["wait_reason"].as_str().is_some().then_some(s)
+    });
+    assert_eq!(
+        waiting["wait_reason"],
+        "no agent now; node7 (cpu=16,mem=64GiB) is declared for the group and has not joined"
+    );
+    ok(c.cli(&["group", "set-policy", "maint", "--expected-node", "node7="]));
+    let shown = c.json(&["group", "get", "maint", "-o", "json"]);
+    assert_eq!(
+        shown["policy"]["expected_nodes"],
+        serde_json::json!({}),
+        "{shown}"
+    );
+}

@@ -51,7 +51,12 @@ impl LiveAgents {
 /// could, which take no sessions now, named with their state (at most three, then a count).
 pub(super) fn unavailable(input: &ScaleInput, k: usize) -> NoLaunch {
     const NAMED: usize = 3;
-    let need = input.unmet[k].0;
+    let (need, class) = input.unmet[k];
+    if let Some(Some(away)) = input.away.get(class) {
+        return NoLaunch::Away {
+            holders: away.clone(),
+        };
+    }
     let holders: Vec<String> = input
         .snapshot
         .agents

@@ -55,6 +55,9 @@ pub struct ScaleInput<'a> {
     /// placed on it.
     pub held_from: usize,
     pub classes: usize,
+    /// Per class: capacity away now that could hold it (removed agents, declared nodes), where
+    /// nothing in the group now can (empty when no class needs it).
+    pub away: &'a [Option<String>],
     /// The launch planner's class prices solved by earlier passes (a carry's), if kept.
     pub prices: Option<&'a RefCell<PriceMemo>>,
 }

@@ -4,7 +4,7 @@
 
 #[cfg(feature = "openapi")]
 use super::openapi::{ErrorResponse, Name};
-use corral_api::agents::{AgentQuery, RegisterAgent};
+use corral_api::agents::{AgentQuery, RegisterAgent, RemoveAgent};
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -246,8 +246,8 @@ async fn set_mark(app: App, caller: Caller, id: String, marked: bool) -> Result<
     utoipa::path(
     delete,
     path = "/api/v1/agents/{id}",
-    summary = "Remove an agent with its tokens (a lost or terminated one, whose sessions are requeued or failed as its group's on_agent_lost says, or any that runs no session); 409 naming the sessions it runs (admin)",
-    params(("id" = Name, Path, description = "the agent")),
+    summary = "Remove an agent with its tokens (a lost or terminated one, whose sessions are requeued or failed as its group's on_agent_lost says, or any that runs no session); 409 naming the sessions it runs; its shape is remembered for the retention unless forget=true (admin)",
+    params(("id" = Name, Path, description = "the agent"), RemoveAgent),
     responses(
         (status = 204, description = "removed"),
         (status = 400, response = ErrorResponse),
@@ -262,6 +262,7 @@ pub(super) async fn remove_agent(
     State(app): State<App>,
     caller: Caller,
     Path(id): Path<String>,
+    Query(q): Query<RemoveAgent>,
 ) -> Result<StatusCode> {
     caller.require_admin()?;
     check_name("id", &id)?;
@@ -272,7 +273,10 @@ pub(super) async fn remove_agent(
         None => None,
     };
     let requeue = policy.is_none_or(|p| p.on_agent_lost == corral_core::OnAgentLost::Requeue);
-    let removed = app.store.remove_agent(&id, requeue, now()).await?;
+    let removed = app
+        .store
+        .remove_agent(&id, requeue, !q.forget, now())
+        .await?;
     crate::auth::revoked(&app, removed.revoked.clone());
     app.control
         .sessions

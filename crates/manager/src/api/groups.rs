@@ -93,6 +93,26 @@ fn validated(mut group: ScalingGroup) -> Result<ScalingGroup> {
         corral_core::devices::complete_template_slots(&mut t.slots, &t.devices)
             .map_err(|e| ApiError::invalid(&format!("templates[{i}].devices"), e.to_string()))?;
     }
+    let expected = &group.policy.expected_nodes;
+    if expected.len() > corral_core::expected::MAX_EXPECTED_NODES {
+        return Err(ApiError::invalid(
+            "policy.expected_nodes",
+            format!(
+                "{} nodes; at most {} may be declared",
+                expected.len(),
+                corral_core::expected::MAX_EXPECTED_NODES
+            ),
+        ));
+    }
+    for (name, slots) in expected {
+        check_name(&format!("policy.expected_nodes.{name}"), name)?;
+        if slots.is_empty() {
+            return Err(ApiError::invalid(
+                &format!("policy.expected_nodes.{name}"),
+                "a node offers something: give its slots (cpu=8,mem=32GiB)",
+            ));
+        }
+    }
     group
         .validate()
         .map_err(|e| ApiError::invalid("group", e))?;

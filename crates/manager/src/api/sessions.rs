@@ -210,6 +210,7 @@ async fn admission_view(app: &App, group: &str) -> Result<std::sync::Arc<Snapsho
         .get_group(group)
         .await?
         .ok_or_else(|| ApiError::invalid("group", format!("no group {group:?}")))?;
+    let removed = app.store.removed_agents(&group.name).await?;
     let view = Snapshot {
         now: now(),
         agents: app.store.list_agents(Some(&group.name)).await?,
@@ -220,6 +221,7 @@ async fn admission_view(app: &App, group: &str) -> Result<std::sync::Arc<Snapsho
         last_scale_out: None,
         launch_limits: Default::default(),
         array_holding: Default::default(),
+        removed,
     };
     Ok(app.control.views.remember_view(view, generation))
 }

@@ -23,6 +23,11 @@ pub struct Settings {
     /// Free capacity the group keeps so that sessions start at once, e.g. cpu=4,mem=8GiB.
     #[arg(long, value_name = "SLOTS")]
     headroom: Option<String>,
+    /// A node the group expects though it has not joined (or was removed), with its shape:
+    /// sessions only it could hold wait for it instead of being refused. Repeatable;
+    /// `NAME=` takes a node off the list.
+    #[arg(long, value_name = "NAME=SLOTS", value_parser = expected_node)]
+    expected_node: Vec<(String, String)>,
     /// Seconds an agent stays idle before scale-in marks it.
     #[arg(long, value_name = "N")]
     idle_wait_secs: Option<u64>,
@@ -162,6 +167,15 @@ impl Settings {
         set(policy, "min_nodes", self.min_nodes.map(Value::from));
         set(policy, "max_nodes", self.max_nodes.map(Value::from));
         set(policy, "headroom", self.headroom.clone().map(Value::from));
+        if !self.expected_node.is_empty() {
+            let nodes = (self.expected_node.iter())
+                .map(|(name, slots)| {
+                    let slots = (!slots.is_empty()).then(|| Value::from(slots.as_str()));
+                    (name.clone(), slots.unwrap_or(Value::Null))
+                })
+                .collect();
+            set(policy, "expected_nodes", Some(Value::Object(nodes)));
+        }
         set(
             policy,
             "idle_wait_secs",
@@ -295,7 +309,7 @@ pub(super) fn policy_patch(
         }
     }
     if patch.is_empty() {
-        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit, --agent-update, --agent-update-target, --agent-update-idle-secs, --image-update, --image-update-interval-secs, --on-agent-lost, --on-disconnect or --file");
+        bail!("nothing to change: give --policy, --min-nodes, --max-nodes, --headroom, --expected-node, --idle-wait-secs, --cooldown-secs, --batch-idle-ms, --batch-max-ms, --scheduler, --placement, --head-of-line, --skip-after, --external, --external-limit, --agent-update, --agent-update-target, --agent-update-idle-secs, --image-update, --image-update-interval-secs, --on-agent-lost, --on-disconnect or --file");
     }
     Ok(Value::Object(patch))
 }
@@ -318,6 +332,18 @@ pub(super) fn templates_body(value: Value) -> Result<Value> {
             _ => bail!("expected a JSON array of templates, or an object with a `templates` array"),
         },
         _ => bail!("expected a JSON array of templates"),
+    }
+}
+
+/// `NAME=SLOTS` of `--expected-node` (the slots may be empty: the node is taken off).
+fn expected_node(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, slots)) if !name.trim().is_empty() => {
+            Ok((name.trim().to_string(), slots.trim().to_string()))
+        }
+        _ => Err(format!(
+            "{text:?} is not NAME=SLOTS (node7=cpu=8,mem=32GiB)"
+        )),
     }
 }
 
