@@ -30,6 +30,18 @@ pub fn save(work_root: &Path, a: &Assignment) -> io::Result<()> {
     write_atomic(&path, &serde_json::to_vec(&kept).map_err(io::Error::other)?)
 }
 
+/// How much of `limit_secs` session `id` has left: counted from its record's writing, just
+/// before it started (now, without a record).
+pub fn time_left(work_root: &Path, id: &str, limit_secs: u64) -> std::time::Duration {
+    let limit = std::time::Duration::from_secs(limit_secs);
+    let ran = std::fs::metadata(path(work_root, id))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+        .unwrap_or_default();
+    limit.saturating_sub(ran)
+}
+
 /// What session `id` was asked to run, if a readable record of it is there (a session started
 /// by an agent that kept none has none).
 pub fn load(work_root: &Path, id: &str) -> Option<Assignment> {

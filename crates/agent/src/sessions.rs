@@ -32,6 +32,7 @@ pub(crate) async fn readopt(agent: &Arc<Agent>) -> Result<(), AgentError> {
             outputs: Vec::new(),
             allocation: Slots::new(),
             devices: Vec::new(),
+            time_limit_secs: None,
         });
         lock(&agent.running).insert(id, adopted.clone());
         spawn_waiter(agent, adopted);
@@ -197,7 +198,28 @@ async fn launch(agent: &Arc<Agent>, a: Assignment) {
 pub(crate) fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
     let agent = agent.clone();
     tokio::spawn(async move {
-        let exit = agent.runtime.wait(&a.id).await;
+        let wait = agent.runtime.wait(&a.id);
+        tokio::pin!(wait);
+        // Its time limit counts from its start: the record kept just before it (an agent
+        // restarted meanwhile does not give it more time).
+        let mut timed_out = None;
+        let exit = match a.time_limit_secs {
+            Some(limit) => {
+                let left = checkpoint::time_left(&agent.config.work_root, &a.id, limit);
+                tokio::select! {
+                    exit = &mut wait => exit,
+                    () = tokio::time::sleep(left) => {
+                        tracing::info!(session = a.id, limit, "time limit reached: stopping");
+                        if let Err(e) = agent.runtime.stop(&a.id, agent.config.stop_grace).await {
+                            tracing::warn!(session = a.id, error = %e, "could not stop");
+                        }
+                        timed_out = Some(limit);
+                        (&mut wait).await
+                    }
+                }
+            }
+            None => wait.await,
+        };
         // Stopped by the agent itself, cut off: it runs again elsewhere (or fails), and the
         // manager cannot be reached; what it left is not its result.
         let fenced = lock(&agent.fenced).remove(&a.id);
@@ -230,6 +252,11 @@ pub(crate) fn spawn_waiter(agent: &Arc<Agent>, a: Assignment) {
                 Some(format!("lost track of it: {e}")),
             ),
         };
+        if let Some(limit) = timed_out {
+            state = ReportedState::Failed;
+            let how = reason.take().map(|r| format!(" ({r})")).unwrap_or_default();
+            reason = Some(format!("time limit of {limit} s reached: stopped{how}"));
+        }
         // Outputs the user asked for and did not get are part of how the session ended.
         let ended = reason.clone().unwrap_or_else(|| match exit_code {
             Some(code) => format!("exited with code {code}"),

@@ -57,6 +57,7 @@ pub fn member_spec(submitted: &Spec, array: &str, index: u32) -> Spec {
         outputs: each(&submitted.outputs),
         environment,
         apps: submitted.apps.clone(),
+        time_limit_secs: submitted.time_limit_secs,
     }
 }
 
@@ -250,11 +251,13 @@ mod tests {
             outputs: vec!["out/{index}.txt".into()],
             environment: [("MODE".to_string(), "{index}".to_string())].into(),
             apps: Default::default(),
+            time_limit_secs: Some(60),
         };
         let spec = member_spec(&submitted, "a1f", 42);
         assert_eq!(spec.command, ["train", "--seed", "42"]);
         assert_eq!(spec.inputs, ["in-42.csv"]);
         assert_eq!(spec.outputs, ["out/42.txt"]);
+        assert_eq!(spec.time_limit_secs, Some(60));
         assert_eq!(
             spec.environment["MODE"], "{index}",
             "only the documented fields"

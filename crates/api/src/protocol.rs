@@ -162,6 +162,9 @@ pub struct Assignment {
     /// The devices it is given there, by id.
     #[serde(default)]
     pub devices: Vec<corral_core::DeviceGrant>,
+    /// The agent stops it this long after it started (`time limit`); none when null.
+    #[serde(default)]
+    pub time_limit_secs: Option<u64>,
 }
 
 /// The agent's calls, each on its route.

@@ -56,7 +56,18 @@ pub struct NewSession {
     /// (422).
     #[serde(default)]
     pub array: Option<corral_core::ArrayRange>,
+    /// Its time limit in seconds (`corral session submit --time 2h`): its agent stops it this
+    /// long after it started (SIGTERM, then SIGKILL after the agent's grace), and it fails with
+    /// the reason `time limit`. Null takes the group's default
+    /// (`policy.termination.default_time_limit_secs`); more than the group's
+    /// `max_lifetime_secs` is refused (400 naming `time_limit_secs`).
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 31_622_400))]
+    pub time_limit_secs: Option<u64>,
 }
+
+/// The longest time limit a session may ask for: 366 days.
+pub const MAX_TIME_LIMIT_SECS: u64 = 31_622_400;
 
 /// The answer to `POST /sessions`: the new session's id and state (pending; or rejected is
 /// refused with 422 instead), or of an array, the array's id and what it made.
@@ -102,6 +113,10 @@ pub struct Spec {
     /// The ports it serves by name (`corral session run --app jupyter=8888`).
     #[serde(default)]
     pub apps: crate::apps::Apps,
+    /// Its time limit in seconds, as given or the group's default when it was submitted; null
+    /// for none.
+    #[serde(default)]
+    pub time_limit_secs: Option<u64>,
 }
 
 /// A session as the API shows it.

@@ -149,8 +149,12 @@ pub struct Termination {
     pub mode: TerminationMode,
     /// With `idle`: an interactive session nobody used for this long is ended.
     pub idle_timeout_secs: u64,
-    /// Any running session is ended after this long, whatever its type.
+    /// Any running session is ended after this long, whatever its type; no session may ask
+    /// for a longer time limit.
     pub max_lifetime_secs: Option<u64>,
+    /// The time limit of a session that gives none (`--time`): its agent stops it this long
+    /// after it started. None: no limit but `max_lifetime_secs`.
+    pub default_time_limit_secs: Option<u64>,
     /// A session placed on an agent whose inputs have not all been uploaded this long after
     /// its placement fails, so it stops holding the capacity it was given.
     pub input_wait_secs: u64,
@@ -162,6 +166,7 @@ impl Default for Termination {
             mode: TerminationMode::Persistent,
             idle_timeout_secs: 3600,
             max_lifetime_secs: None,
+            default_time_limit_secs: None,
             input_wait_secs: 900,
         }
     }

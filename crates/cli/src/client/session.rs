@@ -19,6 +19,7 @@ mod list;
 mod show;
 mod submit;
 mod terminal;
+mod time_limit;
 mod wait;
 mod wire;
 

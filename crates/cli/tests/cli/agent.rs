@@ -995,3 +995,71 @@ fn a_queue_survives_the_removal_of_the_last_agent() {
         "{shown}"
     );
 }
+
+/// Issue 51 item 8: a session's time limit (`--time`, else its group's default) is enforced by
+/// its agent, which stops it (SIGTERM first, so it may save its work) and says why; a limit
+/// above the group's maximum lifetime is refused at submit.
+#[test]
+fn a_session_past_its_time_limit_is_stopped_and_says_so() {
+    let c = Cluster::start(10);
+    let file = c.dir.path().join("timed.json");
+    let group = serde_json::json!({"name": "timed", "policy": {"termination":
+        {"max_lifetime_secs": 3600, "default_time_limit_secs": 2}}});
+    std::fs::write(&file, group.to_string()).unwrap();
+    ok(c.cli(&["group", "create", "timed", "--file", file.to_str().unwrap()]));
+    let _a1 = c.agent("a1", "timed", "cpu=2");
+
+    // It learns of the end by SIGTERM and has time to say so.
+    let script = "trap 'echo saved; exit 143' TERM; echo started; while true; do sleep 0.1; done";
+    let run = c.cli(&[
+        "session", "run", "--group", "timed", "--time", "1s", "--", "sh", "-c", script,
+    ]);
+    assert_eq!(
+        text(&run.stdout),
+        "started\nsaved\n",
+        "{}",
+        text(&run.stderr)
+    );
+    assert_eq!(run.status.code(), Some(143), "{}", text(&run.stderr));
+    let sessions = c.json(&["session", "ls", "-o", "json"]);
+    let ended = &sessions.as_array().unwrap()[0];
+    assert_eq!(ended["state"], "failed", "{ended}");
+    assert_eq!(ended["time_limit_secs"], 1, "{ended}");
+    let reason = ended["end_reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("time limit of 1 s reached: stopped"),
+        "{reason}"
+    );
+
+    // No --time: the group's default.
+    let id = c.submit(&["--group", "timed", "--", "sleep", "600"]);
+    let ended = c.until("the session reaches the group's default limit", || {
+        let s = c.listed(&id);
+        (s["state"] == "failed").then_some(s)
+    });
+    assert!(
+        ended["end_reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("time limit of 2 s reached"),
+        "{ended}"
+    );
+
+    let long = c.cli(&[
+        "session", "submit", "--group", "timed", "--time", "2h", "--", "true",
+    ]);
+    assert!(!long.status.success());
+    assert!(
+        text(&long.stderr).contains("7200 s is more than group \"timed\" allows (3600 s)"),
+        "{}",
+        text(&long.stderr)
+    );
+    let bare = c.cli(&[
+        "session", "submit", "--group", "timed", "--time", "120", "--", "true",
+    ]);
+    assert!(
+        text(&bare.stderr).contains("give the unit: 120m"),
+        "{}",
+        text(&bare.stderr)
+    );
+}

@@ -368,6 +368,7 @@ async fn assignments(app: &App, agent: &str, running: &[String]) -> Result<Vec<A
             outputs: spec.outputs,
             allocation: r.allocation.unwrap_or_else(Slots::new),
             devices: r.session.devices,
+            time_limit_secs: spec.time_limit_secs,
         });
     }
     Ok(assignments)

@@ -138,12 +138,14 @@ pub(super) async fn submit(
         devices: Vec::new(),
         array: None,
     };
+    let time_limit_secs = time_limit(&app, &b.group, b.time_limit_secs).await?;
     let spec = Spec {
         command: b.command,
         inputs: b.inputs,
         outputs: b.outputs,
         environment: b.environment,
         apps: b.apps,
+        time_limit_secs,
     };
     if let Some(range) = &array {
         super::arrays::check_array(range, &spec)?;
@@ -199,6 +201,33 @@ pub(super) async fn submit(
     let spec = serde_json::to_value(&spec).map_err(|e| ApiError::bad_request(e.to_string()))?;
     app.submitter.submit(session.clone(), spec).await?;
     Ok(submitted(&session, required))
+}
+
+/// A session's time limit: as asked, else the group's default; more than the group's maximum
+/// lifetime (or a year) is refused, naming it. A group that does not exist is left to
+/// admission to say so.
+async fn time_limit(app: &App, group: &str, asked: Option<u64>) -> Result<Option<u64>> {
+    let termination = (app.policies.policy(&app.store, group).await?)
+        .map(|p| p.termination)
+        .unwrap_or_default();
+    let limit = asked.or(termination.default_time_limit_secs);
+    let most = termination
+        .max_lifetime_secs
+        .unwrap_or(corral_api::sessions::MAX_TIME_LIMIT_SECS)
+        .min(corral_api::sessions::MAX_TIME_LIMIT_SECS);
+    match limit {
+        Some(0) => Err(ApiError::invalid(
+            "time_limit_secs",
+            "a time limit is at least 1 s",
+        )),
+        Some(l) if asked.is_some() && l > most => Err(ApiError::invalid(
+            "time_limit_secs",
+            format!("{l} s is more than group {group:?} allows ({most} s)"),
+        )),
+        // A default above the maximum is cut to it: the maximum ends the session anyway.
+        Some(l) => Ok(Some(l.min(most))),
+        None => Ok(None),
+    }
 }
 
 /// What admission at submit reads of a group, read now (and remembered for the next submits):

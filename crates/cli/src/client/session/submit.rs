@@ -36,6 +36,11 @@ pub struct SubmitArgs {
     /// and may name the model (gpu.model=A100*) and the least memory (gpu.mem>=40GiB).
     #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
     request: Request,
+    /// Its time limit: its agent stops it this long after it starts, and it fails with the
+    /// reason `time limit` (90s, 30m, 2h, 1d, 1h30m, or as Slurm's --time: HH:MM:SS,
+    /// D-HH:MM:SS) [default: the group's].
+    #[arg(long = "time", value_name = "LIMIT", value_parser = super::time_limit::parse_time_limit)]
+    time_limit: Option<u64>,
     /// Higher runs first under the priority scheduler (-1000 to 1000).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     priority: Option<i32>,
@@ -84,6 +89,11 @@ pub struct RunArgs {
     /// The slots the session needs (and device constraints, as `session submit` takes them).
     #[arg(long, value_name = "SLOTS", default_value = "cpu=1")]
     request: Request,
+    /// Its time limit: its agent stops it this long after it starts, and it fails with the
+    /// reason `time limit` (90s, 30m, 2h, 1d, 1h30m, or as Slurm's --time: HH:MM:SS,
+    /// D-HH:MM:SS) [default: the group's].
+    #[arg(long = "time", value_name = "LIMIT", value_parser = super::time_limit::parse_time_limit)]
+    time_limit: Option<u64>,
     /// A port the session serves, by name: NAME=PORT for an HTTP app the manager serves at
     /// /apps/SESSION/NAME/ (the session learns that path as CORRAL_APP_<NAME>_PREFIX), or
     /// NAME=tcp:PORT for one `session port-forward` reaches; repeat for more.
@@ -126,6 +136,7 @@ pub(super) async fn run_and_exit(api: &Api, args: RunArgs) -> Result<()> {
         group,
         image,
         request,
+        time_limit,
         apps,
         env,
         inputs,
@@ -137,6 +148,7 @@ pub(super) async fn run_and_exit(api: &Api, args: RunArgs) -> Result<()> {
     let body = NewSession {
         group: api.group_or_default(group),
         image,
+        time_limit_secs: time_limit,
         command,
         request: request.slots,
         constraints: request.constraints,
@@ -163,6 +175,7 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
         interactive,
         image,
         request,
+        time_limit,
         priority,
         apps,
         env,
@@ -193,6 +206,7 @@ pub(super) async fn submit(api: &Api, args: SubmitArgs) -> Result<()> {
         constraints: request.constraints.clone(),
         apps: corral_api::apps::collect(apps)?,
         array,
+        time_limit_secs: time_limit,
     };
     let body = json(&body)?;
     let sent = Sent {

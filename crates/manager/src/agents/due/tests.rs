@@ -84,6 +84,7 @@ fn termination(mode: TerminationMode, max: Option<u64>) -> Termination {
         mode,
         idle_timeout_secs: 60,
         max_lifetime_secs: max,
+        default_time_limit_secs: None,
         input_wait_secs: 900,
     }
 }
