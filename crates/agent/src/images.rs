@@ -2,9 +2,12 @@
 //! start on it, pinned), and, while its group's policy is on, a check every interval of what
 //! the registry's tag names now, a new digest pulled in the background. Running sessions keep
 //! their image. What it holds goes to the manager at the next sync after a change; what it
-//! could not check or pull goes too, and is tried again later and later (backoff).
+//! could not check or pull goes too, and is tried again later and later (backoff). The digests
+//! held are kept in `<work_root>/images.json`: an agent restarted after an update starts new
+//! sessions on the digest it last ran, not on the older one the host's tag still names.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -22,6 +25,8 @@ const PULL_TIMEOUT: Duration = Duration::from_secs(1800);
 #[derive(Default)]
 pub(crate) struct Images {
     state: Mutex<State>,
+    /// Where the digests held are kept across restarts (none in tests).
+    file: Option<PathBuf>,
 }
 
 #[derive(Default)]
@@ -38,7 +43,7 @@ struct State {
     next_check: Option<Instant>,
 }
 
-#[derive(Clone)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct Held {
     digest: String,
     offered: Option<String>,
@@ -51,9 +56,48 @@ pub(crate) struct Report {
     changes: u64,
 }
 
+/// The file the digests held are kept in, under the agent's work directory.
+const FILE: &str = "images.json";
+
 impl Images {
+    /// The digests kept in `work_root` by an earlier run (none if there is no readable file).
+    pub(crate) fn kept(work_root: &std::path::Path) -> Images {
+        let file = work_root.join(FILE);
+        let held = match std::fs::read(&file) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                tracing::warn!(file = %file.display(), error = %e, "unreadable image record ignored");
+                BTreeMap::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "image record not read");
+                BTreeMap::new()
+            }
+        };
+        Images {
+            state: Mutex::new(State {
+                held,
+                ..State::default()
+            }),
+            file: Some(file),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the digests held for the next run. A failure is reported, not fatal: without the
+    /// record a restarted agent learns digests from the host again.
+    fn keep(&self) {
+        let Some(file) = &self.file else { return };
+        let held = self.lock().held.clone();
+        let written = serde_json::to_vec(&held)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| corral_runtime::write_atomic(file, &bytes));
+        if let Err(e) = written {
+            tracing::warn!(file = %file.display(), error = %e, "image record not kept");
+        }
     }
 
     /// What a session of `image` runs: the digest held, pinned; one seen first is learned from
@@ -65,12 +109,15 @@ impl Images {
         match docker.image_digest(image).await {
             Ok(Some(digest)) => {
                 let pinned = format!("{}@{digest}", repository_of(image));
-                let mut state = self.lock();
-                state.held.entry(image.to_string()).or_insert(Held {
-                    digest,
-                    offered: None,
-                });
-                state.changes += 1;
+                {
+                    let mut state = self.lock();
+                    state.held.entry(image.to_string()).or_insert(Held {
+                        digest,
+                        offered: None,
+                    });
+                    state.changes += 1;
+                }
+                self.keep();
                 pinned
             }
             Ok(None) => image.to_string(),
@@ -167,7 +214,16 @@ impl Images {
                 Err(reason) => checked.failed.push((image, reason)),
             }
         }
-        self.lock().apply(interval, checked, Instant::now())
+        let (something, changed) = {
+            let mut state = self.lock();
+            let changes = state.changes;
+            let something = state.apply(interval, checked, Instant::now());
+            (something, state.changes != changes)
+        };
+        if changed {
+            self.keep();
+        }
+        something
     }
 }
 
@@ -257,6 +313,27 @@ async fn newest(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_digests_held_outlive_a_restart() {
+        let root = tempfile::tempdir().unwrap();
+        let before = Images::kept(root.path());
+        holding(&before, "registry.example/app:1", "sha256:v2");
+        before.keep();
+        let after = Images::kept(root.path());
+        let report = after.report().images.unwrap();
+        assert_eq!(report.len(), 1);
+        assert_eq!(
+            (report[0].image.as_str(), report[0].digest.as_str()),
+            ("registry.example/app:1", "sha256:v2")
+        );
+        std::fs::write(root.path().join(FILE), "not json").unwrap();
+        assert!(Images::kept(root.path())
+            .report()
+            .images
+            .unwrap()
+            .is_empty());
+    }
 
     fn holding(images: &Images, image: &str, digest: &str) {
         let mut state = images.lock();

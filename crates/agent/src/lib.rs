@@ -171,6 +171,7 @@ pub async fn run(
 ) -> Result<(), AgentError> {
     let client = Client::new(&config.manager, &config.token, config.ca_file.as_deref())?;
     let kept_rules = fence::load(&config.work_root);
+    let images = images::Images::kept(&config.work_root);
     let agent = Arc::new(Agent {
         token: Mutex::new(config.resume_token.clone().unwrap_or(config.token.clone())),
         config,
@@ -183,7 +184,7 @@ pub async fn run(
         devices: OnceLock::new(),
         ended: Ended::default(),
         offsets: tokio::sync::Mutex::default(),
-        images: images::Images::default(),
+        images,
         fence: Mutex::new(fence::Fence::new(kept_rules, fence::boottime_ms())),
         fenced: Mutex::default(),
     });

@@ -314,6 +314,14 @@ async fn agents_with_the_policy_on_pull_a_new_digest_and_start_new_sessions_on_i
         "{message}"
     );
     assert_eq!(version_run(&c, "on", &image).1, "v2\n");
+
+    // Restarted (the registry still gone, so no check can help): they start new sessions on
+    // the digest they last ran, not on the v1 the host's tag still names (issue 51 item 6).
+    drop((_a1, _a2));
+    let _a1 = docker_agent(&c, "imgu-a1", "on");
+    let _a2 = docker_agent(&c, "imgu-a2", "on");
+    assert_eq!(version_run(&c, "on", &image).1, "v2\n");
+    assert_eq!(version_run(&c, "on", &image).1, "v2\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
