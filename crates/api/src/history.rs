@@ -42,8 +42,26 @@ pub struct HistoryQuery {
     pub step: Option<String>,
 }
 
+/// The most of each series over each step (`GroupHistory::peak`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Peaks {
+    pub nodes: BTreeMap<String, Vec<u32>>,
+    pub pending: Vec<u32>,
+    pub running: Vec<u32>,
+}
+
+/// The mean of each series over each step (`GroupHistory::mean`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Means {
+    pub nodes: BTreeMap<String, Vec<f64>>,
+    pub pending: Vec<f64>,
+    pub running: Vec<f64>,
+}
+
 /// The series of a group over a window: each list has one value per sample time.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupHistory {
     pub group: String,
@@ -60,6 +78,11 @@ pub struct GroupHistory {
     pub pending: Vec<u32>,
     /// Sessions on an agent (scheduled or running).
     pub running: Vec<u32>,
+    /// The most of each series at any time of each step (the step that ends at the sample
+    /// time): a burst between two samples shows here, not in the counts at sample times.
+    pub peak: Peaks,
+    /// The time-weighted mean of each series over each step, to a hundredth.
+    pub mean: Means,
     /// What the scaler and the agents did in the window, oldest first: launches, marks,
     /// terminations, joins, losses.
     pub events: Vec<Event>,

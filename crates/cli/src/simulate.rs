@@ -41,8 +41,9 @@ pub struct SimulateArgs {
     strict: bool,
     #[arg(long, short, value_enum, default_value_t)]
     output: crate::Output,
-    /// Draws the queue, nodes by kind and utilisation over time as an SVG chart (one run only).
-    #[arg(long, value_name = "FILE.svg", conflicts_with_all = ["compare", "sweep"])]
+    /// Draws the queue, nodes by kind and utilisation over time as an SVG chart; with
+    /// --compare or --sweep, one chart per run, FILE-NAME.svg (NAME the run's).
+    #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
 }
 
@@ -64,7 +65,23 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         })?,
     };
     let trace = read(&args.trace, format, args.strict)?;
+    if trace.extra_fields > 0 {
+        eprintln!(
+            "{}: {} line(s) have more than the 18 fields of SWF: their first 18 were read",
+            args.trace.display(),
+            trace.extra_fields
+        );
+    }
     if !trace.malformed.is_empty() {
+        // Nothing to replay: not a result, an error.
+        if trace.jobs.is_empty() {
+            bail!(
+                "{}: no job could be read: {} malformed line(s), the first: {}",
+                args.trace.display(),
+                trace.malformed.len(),
+                trace.malformed[0]
+            );
+        }
         eprintln!(
             "{}: {} malformed line(s) skipped, the first: {}",
             args.trace.display(),
@@ -79,12 +96,19 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         .zip(&outcomes)
         .map(|(run, outcome)| Report::of(&run.name, &trace, &run.config, outcome))
         .collect();
-    if let Some(path) = &args.plot {
-        let svg = corral_sim::plot::svg(
-            &outcomes[0],
-            &format!("{} on {}", runs[0].name, file_name(&args.trace)),
-        )?;
-        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    if let Some(plot) = &args.plot {
+        for (run, outcome) in runs.iter().zip(&outcomes) {
+            let path = match runs.len() {
+                1 => plot.clone(),
+                _ => plot_of(plot, &run.name),
+            };
+            let title = format!("{} on {}", run.name, file_name(&args.trace));
+            let svg = corral_sim::plot::svg(outcome, &title)?;
+            std::fs::write(&path, svg).with_context(|| format!("writing {}", path.display()))?;
+            if runs.len() > 1 {
+                eprintln!("{}: {}", run.name, path.display());
+            }
+        }
     }
     match args.output {
         crate::Output::Json => {
@@ -102,6 +126,25 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `out.svg` for run `name` of several: `out-NAME.svg`, the name's characters that are not
+/// letters, digits, `.`, `_` or `-` made `_` (a sweep's `key=value`).
+fn plot_of(plot: &Path, name: &str) -> PathBuf {
+    let safe: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | '-' => c,
+            _ => '_',
+        })
+        .collect();
+    let stem = plot
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let ext = plot
+        .extension()
+        .map_or_else(|| "svg".into(), |e| e.to_string_lossy().into_owned());
+    plot.with_file_name(format!("{stem}-{safe}.{ext}"))
 }
 
 fn file_name(path: &Path) -> String {

@@ -189,6 +189,15 @@ impl<'de> Deserialize<'de> for SlotName {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Quantity(u64);
 
+/// The binary units amounts of bytes are written in, largest first.
+pub const BINARY_UNITS: [(&str, u64); 5] = [
+    ("PiB", 1 << 50),
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+];
+
 impl Quantity {
     pub const ZERO: Quantity = Quantity(0);
 
@@ -284,16 +293,11 @@ impl Quantity {
     }
 
     /// People's form for the named slot: `4GiB` for byte slots when exact, else `0.5`, `2`.
+    /// (Tables may round further: the CLI's `render::slots`.)
     pub fn display_for(self, slot: &SlotName) -> String {
         if slot.is_bytes() && self.0.is_multiple_of(SCALE) && self.0 > 0 {
             let bytes = self.0 / SCALE;
-            for (suffix, size) in [
-                ("PiB", 1u64 << 50),
-                ("TiB", 1 << 40),
-                ("GiB", 1 << 30),
-                ("MiB", 1 << 20),
-                ("KiB", 1 << 10),
-            ] {
+            for (suffix, size) in BINARY_UNITS {
                 if bytes.is_multiple_of(size) {
                     return format!("{}{}", bytes / size, suffix);
                 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 
-use corral_api::history::{GroupHistory, HistoryQuery, MAX_SAMPLES};
+use corral_api::history::{GroupHistory, HistoryQuery, Means, Peaks, MAX_SAMPLES};
 use corral_core::{SessionState, Timestamp};
 use corral_store::HistoryRows;
 
@@ -155,8 +155,61 @@ fn series_of(state: SessionState) -> Option<Series> {
     }
 }
 
+/// One series over the steps: its count at each sample time, its most and its time-weighted
+/// mean over the step that ends there.
+#[derive(Default)]
+struct Steps {
+    at: Vec<u32>,
+    peak: Vec<u32>,
+    mean: Vec<f64>,
+}
+
+impl Steps {
+    fn push(&mut self, count: i64, (peak, mean): (i64, f64)) {
+        let clamp = |v: i64| u32::try_from(v.max(0)).unwrap_or(u32::MAX);
+        self.at.push(clamp(count));
+        self.peak.push(clamp(peak));
+        self.mean.push((mean.max(0.0) * 100.0).round() / 100.0);
+    }
+}
+
+/// One series within one step: its most so far, and the area under it up to `since`.
+struct Step {
+    peak: i64,
+    area: i128,
+    since: Timestamp,
+}
+
+impl Step {
+    fn new(count: i64, start: Timestamp) -> Step {
+        Step {
+            peak: count,
+            area: 0,
+            since: start,
+        }
+    }
+
+    /// The count went from `was` to `now` at `at`.
+    fn change(&mut self, was: i64, now: i64, at: Timestamp) {
+        self.area += i128::from(was) * i128::from(at.0 - self.since.0);
+        self.since = at;
+        self.peak = self.peak.max(now);
+    }
+
+    /// Its most and mean over `start..end`, the count being `count` at the end (an instant's
+    /// mean is its count).
+    fn end(self, count: i64, start: Timestamp, end: Timestamp) -> (i64, f64) {
+        if end.0 <= start.0 {
+            return (self.peak.max(count), count as f64);
+        }
+        let area = self.area + i128::from(count) * i128::from(end.0 - self.since.0);
+        (self.peak, area as f64 / (end.0 - start.0) as f64)
+    }
+}
+
 /// The series of `group` over `window` from what the store read: each value is the count at
-/// its sample time, every change at or before it applied.
+/// its sample time, every change at or before it applied, with the most and the mean over the
+/// step that ends there.
 pub fn series(group: &str, window: Window, rows: HistoryRows) -> GroupHistory {
     let mut changes: Vec<Change> = Vec::new();
     // Nodes: an agent is up from a start to the next end (a second start while up, as after an
@@ -222,32 +275,46 @@ pub fn series(group: &str, window: Window, rows: HistoryRows) -> GroupHistory {
     changes.sort_by_key(|c| c.at);
 
     let times: Vec<Timestamp> = window.times().collect();
-    let mut counts: HashMap<Series, i64> = HashMap::new();
-    let mut samples: BTreeMap<Series, Vec<u32>> = BTreeMap::new();
-    for s in [Series::Pending, Series::Running]
+    let all: Vec<Series> = [Series::Pending, Series::Running]
         .into_iter()
         .chain((0..templates.len()).map(Series::Node))
-    {
-        samples.insert(s, Vec::with_capacity(times.len()));
-    }
+        .collect();
+    let mut sampled: BTreeMap<Series, Steps> = all.iter().map(|s| (*s, Steps::default())).collect();
+    let mut counts: HashMap<Series, i64> = HashMap::new();
     let mut next = changes.iter().peekable();
-    for t in &times {
-        while let Some(change) = next.next_if(|c| c.at <= *t) {
-            *counts.entry(change.series).or_default() += if change.up { 1 } else { -1 };
-        }
-        for (series, values) in samples.iter_mut() {
-            let count = counts.get(series).copied().unwrap_or(0);
-            values.push(u32::try_from(count.max(0)).unwrap_or(u32::MAX));
-        }
+    // The window starts at the first sample time: its first "step" is that instant, and what
+    // changed before it is where every series starts.
+    let mut start = times.first().copied().unwrap_or(window.since);
+    while let Some(c) = next.next_if(|c| c.at <= start) {
+        *counts.entry(c.series).or_default() += if c.up { 1 } else { -1 };
     }
-    let mut take = |s: Series| samples.remove(&s).unwrap_or_default();
+    for t in &times {
+        let mut step: HashMap<Series, Step> = (all.iter())
+            .map(|s| (*s, Step::new(counts.get(s).copied().unwrap_or(0), start)))
+            .collect();
+        while let Some(change) = next.next_if(|c| c.at <= *t) {
+            let count = counts.entry(change.series).or_default();
+            let was = *count;
+            *count += if change.up { 1 } else { -1 };
+            if let Some(s) = step.get_mut(&change.series) {
+                s.change(was, *count, change.at);
+            }
+        }
+        for (series, steps) in sampled.iter_mut() {
+            let count = counts.get(series).copied().unwrap_or(0);
+            let s = step.remove(series).unwrap_or(Step::new(count, start));
+            steps.push(count, s.end(count, start, *t));
+        }
+        start = *t;
+    }
+    let mut take = |s: Series| sampled.remove(&s).unwrap_or_default();
     let pending = take(Series::Pending);
     let running = take(Series::Running);
-    let nodes = templates
+    let nodes: Vec<(String, Steps)> = templates
         .iter()
         .enumerate()
         .map(|(i, name)| (name.clone(), take(Series::Node(i))))
-        .filter(|(_, values)| values.iter().any(|v| *v > 0))
+        .filter(|(_, steps)| steps.peak.iter().any(|v| *v > 0))
         .collect();
     GroupHistory {
         group: group.to_string(),
@@ -255,9 +322,23 @@ pub fn series(group: &str, window: Window, rows: HistoryRows) -> GroupHistory {
         until: window.until,
         step_ms: window.step_ms,
         times,
-        nodes,
-        pending,
-        running,
+        peak: Peaks {
+            nodes: (nodes.iter())
+                .map(|(n, s)| (n.clone(), s.peak.clone()))
+                .collect(),
+            pending: pending.peak.clone(),
+            running: running.peak.clone(),
+        },
+        mean: Means {
+            nodes: (nodes.iter())
+                .map(|(n, s)| (n.clone(), s.mean.clone()))
+                .collect(),
+            pending: pending.mean.clone(),
+            running: running.mean.clone(),
+        },
+        nodes: nodes.into_iter().map(|(n, s)| (n, s.at)).collect(),
+        pending: pending.at,
+        running: running.at,
         events: rows.events,
         events_truncated: rows.events_truncated,
     }
@@ -382,5 +463,43 @@ mod tests {
         assert_eq!(h.nodes["big"], vec![0, 1, 1, 1, 1]);
         assert_eq!(h.nodes[NO_TEMPLATE], vec![0, 0, 0, 1, 1]);
         assert!(!h.nodes.contains_key("gone"), "{:?}", h.nodes);
+        // Over the steps that end at each sample: s2 pending 250-300 and 350-400 shows in the
+        // step to 300 (and 400), though no sample time falls in it.
+        assert_eq!(h.peak.pending, vec![1, 1, 1, 1, 1]);
+        assert_eq!(h.mean.pending, vec![1.0, 1.0, 0.5, 0.5, 1.0]);
+        assert_eq!(h.peak.running, vec![0, 1, 2, 2, 0]);
+        assert_eq!(h.peak.nodes["small"], vec![1, 1, 1, 0, 0]);
+    }
+
+    #[test]
+    fn a_burst_between_two_samples_shows_in_the_peak() {
+        use SessionState::*;
+        let window = Window {
+            since: Timestamp(0),
+            until: Timestamp(1000),
+            step_ms: 1000,
+        };
+        let mut sessions = Vec::new();
+        for i in 0..40 {
+            sessions.push(change(&format!("s{i}"), 400, Pending));
+            sessions.push(change(&format!("s{i}"), 600, Running));
+            sessions.push(change(&format!("s{i}"), 700, Succeeded));
+        }
+        sessions.sort_by_key(|c| (c.session.clone(), c.at));
+        let h = series(
+            "g",
+            window,
+            HistoryRows {
+                nodes: vec![],
+                sessions,
+                events: vec![],
+                events_truncated: false,
+            },
+        );
+        assert_eq!(h.pending, vec![0, 0], "no sample time falls in the burst");
+        assert_eq!(h.peak.pending, vec![0, 40]);
+        assert_eq!(h.peak.running, vec![0, 40]);
+        assert_eq!(h.mean.pending, vec![0.0, 8.0]);
+        assert_eq!(h.mean.running, vec![0.0, 4.0]);
     }
 }

@@ -114,13 +114,34 @@ pub fn opt_time(ms: Option<i64>) -> String {
     ms.map_or_else(|| "-".to_string(), time)
 }
 
-/// Slots in the `cpu=2,mem=4GiB` form; none as `-`.
+/// Slots in the `cpu=2,mem=4GiB` form, amounts of bytes as people read them (`mem=23.5GiB`,
+/// not `mem=24683784KiB`; `-o json` keeps the exact amount); none as `-`.
 pub fn slots(s: &Slots) -> String {
     if s.is_empty() {
-        "-".to_string()
-    } else {
-        s.to_string()
+        return "-".to_string();
     }
+    let pairs: Vec<String> = s
+        .iter()
+        .map(|(name, q)| match name.is_bytes() {
+            true => format!("{name}={}", readable_bytes(q.milli() / 1000)),
+            false => format!("{name}={}", q.display_for(name)),
+        })
+        .collect();
+    pairs.join(",")
+}
+
+/// `32GiB`, `23.5GiB`, `512MiB`, `700B`: the largest binary unit it holds one of, whole when
+/// it is, else to a tenth.
+fn readable_bytes(bytes: u64) -> String {
+    for (suffix, size) in corral_core::slots::BINARY_UNITS {
+        if bytes >= size {
+            return match bytes.is_multiple_of(size) {
+                true => format!("{}{suffix}", bytes / size),
+                false => format!("{:.1}{suffix}", bytes as f64 / size as f64),
+            };
+        }
+    }
+    format!("{bytes}B")
 }
 
 /// `-` for nothing, so that table columns never collapse.
@@ -171,6 +192,15 @@ pub fn table(what: &str, header: &[&str], rows: &[Vec<String>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_is_shown_as_people_read_it() {
+        let s: Slots = "cpu=8,mem=24683784KiB,gpu=1,gpu.mem=80GiB".parse().unwrap();
+        assert_eq!(slots(&s), "cpu=8,gpu=1,gpu.mem=80GiB,mem=23.5GiB");
+        assert_eq!(readable_bytes(700), "700B");
+        assert_eq!(readable_bytes(512 << 20), "512MiB");
+        assert_eq!(slots(&Slots::new()), "-");
+    }
 
     #[test]
     fn times_are_rfc3339_utc() {

@@ -158,4 +158,57 @@ fn bad_input_is_refused_naming_what_is_wrong() {
     let no_ext = write(dir.path(), "trace.txt", "submit,duration,cpu\n0,10,1\n");
     let err = failed(&corral(&["--trace", &no_ext, "--config", &config]));
     assert!(err.contains("--format"), "{err}");
+    // Every line malformed: nothing to replay is an error, not an empty report.
+    let broken = write(
+        dir.path(),
+        "broken.csv",
+        "submit,duration,cpu\nsoon,10,1\nlater,x,1\n",
+    );
+    let err = failed(&corral(&["--trace", &broken, "--config", &config]));
+    assert!(
+        err.contains("no job could be read: 2 malformed line(s), the first: line 2"),
+        "{err}"
+    );
+}
+
+/// Issue 51 item 10: archive logs with more than SWF's 18 fields are read by their first 18,
+/// said once; --plot draws one chart per run of --compare.
+#[test]
+fn wide_swf_logs_are_read_and_comparisons_are_plotted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = write(dir.path(), "g.toml", "[[agents]]\nslots = \"cpu=4\"\n");
+    let other = write(
+        dir.path(),
+        "h.toml",
+        "[[agents]]\ncount = 2\nslots = \"cpu=4\"\n",
+    );
+    let job = |id: u32| {
+        format!(
+            "{id} {} 0 60 2 -1 -1 2 -1 -1 1 1 -1 -1 -1 -1 -1 -1 99 98",
+            id * 10
+        )
+    };
+    let trace = write(dir.path(), "wide.swf", &[job(1), job(2), job(3)].join("\n"));
+    let plot = dir.path().join("run.svg");
+    let out = corral(&[
+        "--trace",
+        &trace,
+        "--compare",
+        &config,
+        &other,
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    ok(&out);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        said.matches("3 line(s) have more than the 18 fields of SWF: their first 18 were read")
+            .count(),
+        1,
+        "{said}"
+    );
+    for name in ["run-g.svg", "run-h.svg"] {
+        let chart = std::fs::read_to_string(dir.path().join(name)).expect(name);
+        assert!(chart.starts_with("<svg"), "{name}");
+    }
 }

@@ -57,14 +57,15 @@ fn clock(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// The timeline of `h`.
+/// The timeline of `h`: each series at the most it reached in each step (`peak`), so that a
+/// burst between two sample times shows.
 pub fn svg(h: &GroupHistory) -> Markup {
     let times: Vec<i64> = h.times.iter().map(|t| t.0).collect();
     let n = times.len();
     // Stacked node counts: each template's band sits on the ones before it.
     let mut stacked: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
     let mut base = vec![0.0; n];
-    for (template, values) in &h.nodes {
+    for (template, values) in &h.peak.nodes {
         let top: Vec<f64> = base
             .iter()
             .zip(values)
@@ -73,8 +74,8 @@ pub fn svg(h: &GroupHistory) -> Markup {
         stacked.push((template.clone(), base.clone(), top.clone()));
         base = top;
     }
-    let pending: Vec<f64> = h.pending.iter().map(|v| f64::from(*v)).collect();
-    let running: Vec<f64> = h.running.iter().map(|v| f64::from(*v)).collect();
+    let pending: Vec<f64> = h.peak.pending.iter().map(|v| f64::from(*v)).collect();
+    let running: Vec<f64> = h.peak.running.iter().map(|v| f64::from(*v)).collect();
     let top = base
         .iter()
         .chain(&pending)
@@ -155,6 +156,12 @@ mod tests {
 
     #[test]
     fn the_timeline_draws_each_series_and_event() {
+        let nodes: std::collections::BTreeMap<String, Vec<u32>> = [
+            ("small".to_string(), vec![0, 1, 2, 2]),
+            ("big".to_string(), vec![0, 0, 1, 0]),
+        ]
+        .into_iter()
+        .collect();
         let h = GroupHistory {
             group: "g".into(),
             since: Timestamp(0),
@@ -166,12 +173,13 @@ mod tests {
                 Timestamp(2000),
                 Timestamp(3000),
             ],
-            nodes: [
-                ("small".to_string(), vec![0, 1, 2, 2]),
-                ("big".to_string(), vec![0, 0, 1, 0]),
-            ]
-            .into_iter()
-            .collect(),
+            peak: corral_api::history::Peaks {
+                nodes: nodes.clone(),
+                pending: vec![3, 2, 0, 0],
+                running: vec![0, 1, 3, 1],
+            },
+            mean: Default::default(),
+            nodes,
             pending: vec![3, 2, 0, 0],
             running: vec![0, 1, 3, 1],
             events: vec![Event {

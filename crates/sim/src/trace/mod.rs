@@ -80,6 +80,9 @@ pub struct Trace {
     pub malformed: Vec<Malformed>,
     /// The SWF header; the default for CSV, which has none.
     pub header: SwfHeader,
+    /// SWF job lines with more fields than the format's 18 (some archive logs add their
+    /// own): their first 18 were read.
+    pub extra_fields: u64,
 }
 
 /// The trace formats read here.
@@ -198,6 +201,7 @@ impl Collector {
             skipped: self.skipped,
             malformed: self.malformed,
             header,
+            extra_fields: 0,
         }
     }
 }

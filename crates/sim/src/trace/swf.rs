@@ -51,6 +51,7 @@ const STATUS_CANCELLED: i64 = 5;
 pub fn parse_swf(text: &str, strict: bool) -> Result<Trace, TraceError> {
     let mut header = SwfHeader::default();
     let mut collector = Collector::new(strict);
+    let mut extra_fields = 0;
     for (index, raw) in text.lines().enumerate() {
         let line = index + 1;
         let content = raw.trim();
@@ -63,9 +64,14 @@ pub fn parse_swf(text: &str, strict: bool) -> Result<Trace, TraceError> {
             }
             continue;
         }
+        if content.split_whitespace().nth(FIELD_NAMES.len()).is_some() {
+            extra_fields += 1;
+        }
         collector.record(line, read_job_line(content))?;
     }
-    Ok(collector.finish(header))
+    let mut trace = collector.finish(header);
+    trace.extra_fields = extra_fields;
+    Ok(trace)
 }
 
 /// Takes a `Key: value` comment into the header. Comments that are not of that form (a lone
@@ -103,7 +109,8 @@ fn header_count(key: &str, value: &str) -> Result<Option<u64>, String> {
 
 /// Reads one job line into a job, or says why it is skipped or cannot be read.
 fn read_job_line(content: &str) -> Result<LineOutcome, String> {
-    let texts: Vec<&str> = content.split_whitespace().collect();
+    // Fields past the 18th (some logs add their own) are not read.
+    let texts: Vec<&str> = content.split_whitespace().take(FIELD_NAMES.len()).collect();
     if texts.len() != FIELD_NAMES.len() {
         return Err(format!(
             "expected {} fields, found {}",
@@ -487,9 +494,19 @@ mod tests {
             err.to_string(),
             "line 2: field 5 (allocated processors): \"x2\" is not a number"
         );
-        let err = parse_swf("1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19", true)
-            .expect_err("one field too many");
-        assert_eq!(err.to_string(), "line 1: expected 18 fields, found 19");
+        let err = parse_swf("1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17", true)
+            .expect_err("one field too few");
+        assert_eq!(err.to_string(), "line 1: expected 18 fields, found 17");
+    }
+
+    #[test]
+    fn fields_past_the_eighteenth_are_not_read_and_are_counted() {
+        let line = |extra: &str| format!("{} {extra}", simple("1", "0", "60", "2"));
+        let text = [line("7 8"), line(""), line("9")].join("\n");
+        let trace = parse_swf(&text, true).unwrap();
+        assert_eq!(trace.jobs.len(), 3);
+        assert_eq!(trace.extra_fields, 2);
+        assert_eq!(trace.jobs[0].request, trace.jobs[1].request);
     }
 
     #[test]

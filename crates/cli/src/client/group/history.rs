@@ -8,6 +8,12 @@ use crate::client::render;
 /// samples it stands for (a short burst stays visible).
 const WIDTH: usize = 60;
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+/// The newest events listed under the series.
+const SHOWN_EVENTS: usize = 5;
+
+fn last(values: &[u32]) -> u32 {
+    values.last().copied().unwrap_or(0)
+}
 
 /// `values` as bars scaled to `top` (the largest value of all series, so lines compare).
 pub fn sparkline(values: &[u32], top: u32) -> String {
@@ -31,17 +37,31 @@ pub fn sparkline(values: &[u32], top: u32) -> String {
         .collect()
 }
 
+/// Each series as the most it reached in each step (a burst between two sample times shows),
+/// with its least and most, its mean over the window and its count now.
 pub fn print_history(h: &GroupHistory) {
-    let mut series: Vec<(String, &[u32])> = vec![
-        ("pending".to_string(), &h.pending),
-        ("running".to_string(), &h.running),
+    let mut series: Vec<(String, &[u32], &[f64], u32)> = vec![
+        (
+            "pending".to_string(),
+            &h.peak.pending,
+            &h.mean.pending,
+            last(&h.pending),
+        ),
+        (
+            "running".to_string(),
+            &h.peak.running,
+            &h.mean.running,
+            last(&h.running),
+        ),
     ];
-    for (template, values) in &h.nodes {
-        series.push((format!("nodes {template}"), values));
+    for (template, values) in &h.peak.nodes {
+        let mean = h.mean.nodes.get(template).map_or(&[][..], Vec::as_slice);
+        let now = h.nodes.get(template).map_or(0, |v| last(v));
+        series.push((format!("nodes {template}"), values, mean, now));
     }
     let top = series
         .iter()
-        .flat_map(|(_, v)| v.iter().copied())
+        .flat_map(|(_, v, _, _)| v.iter().copied())
         .max()
         .unwrap_or(0);
     println!(
@@ -53,27 +73,34 @@ pub fn print_history(h: &GroupHistory) {
     );
     let rows: Vec<Vec<String>> = series
         .iter()
-        .map(|(name, values)| {
+        .map(|(name, values, means, now)| {
             let min = values.iter().min().copied().unwrap_or(0);
             let max = values.iter().max().copied().unwrap_or(0);
-            let last = values.last().copied().unwrap_or(0);
+            let mean = means.iter().sum::<f64>() / means.len().max(1) as f64;
             vec![
                 name.clone(),
                 format!("|{}|", sparkline(values, top)),
                 min.to_string(),
                 max.to_string(),
-                last.to_string(),
+                format!("{mean:.1}"),
+                now.to_string(),
             ]
         })
         .collect();
-    crate::table::print(&["SERIES", "OVER TIME", "MIN", "MAX", "NOW"], &rows);
+    crate::table::print(&["SERIES", "OVER TIME", "MIN", "MAX", "MEAN", "NOW"], &rows);
     let more = if h.events_truncated {
         " (the newest)"
     } else {
         ""
     };
+    // The count and the lines listed agree: it says how many of them follow.
+    let shown = h.events.len().min(SHOWN_EVENTS);
+    let which = match shown == h.events.len() {
+        true => String::new(),
+        false => format!(", the last {shown} below"),
+    };
     println!(
-        "{} scaling event(s){more}: corral events --group {}",
+        "{} scaling event(s){more}{which}: corral events --group {}",
         h.events.len(),
         h.group
     );
@@ -81,7 +108,7 @@ pub fn print_history(h: &GroupHistory) {
         .events
         .iter()
         .rev()
-        .take(5)
+        .take(SHOWN_EVENTS)
         .collect::<Vec<_>>()
         .into_iter()
         .rev()

@@ -33,12 +33,12 @@ pub struct ListArgs {
     #[arg(long, value_name = "N")]
     limit: Option<u32>,
     /// Continue after this session id (the last one of the previous page).
-    #[arg(long, value_name = "ID", conflicts_with = "active")]
+    #[arg(long, value_name = "ID")]
     after: Option<String>,
     /// Oldest first [default: newest first].
     #[arg(long)]
     oldest: bool,
-    /// Sessions not ended (pending, scheduled, running) first, then the others.
+    /// Only sessions not ended (pending, scheduled, running), as `squeue` lists jobs.
     #[arg(long)]
     active: bool,
     /// Every session of an array on its own line, instead of one line per array with its
@@ -77,8 +77,8 @@ pub(super) async fn ls(api: &Api, args: ListArgs) -> Result<()> {
     list_sessions(api, args).await
 }
 
-/// `session ls` of sessions one by one: a page (with --active, the ended ones after those not
-/// ended), as a table or JSON, then with --watch each again when it changes.
+/// `session ls` of sessions one by one: a page (with --active, of those not ended), as a table
+/// or JSON, then with --watch each again when it changes.
 async fn list_sessions(api: &Api, args: ListArgs) -> Result<()> {
     let ListArgs {
         group,
@@ -105,35 +105,19 @@ async fn list_sessions(api: &Api, args: ListArgs) -> Result<()> {
         ]
     };
     let page = limit.unwrap_or(DEFAULT_PAGE).max(1);
-    let reply = api
-        .get(&["sessions"], &query(active.then_some(true), limit))
-        .await?;
-    let mut sessions: Vec<SessionView> = parse(&reply)?;
-    // Active first: the ended ones fill the rest of the page.
-    if active && sessions.len() < page as usize {
-        let rest = page - sessions.len() as u32;
-        let ended = api
-            .get(&["sessions"], &query(Some(false), Some(rest)))
-            .await?;
-        sessions.extend(parse::<Vec<SessionView>>(&ended)?);
-        if matches!(out.output, Output::Json) && !watch {
-            println!("{}", serde_json::to_string_pretty(&sessions)?);
-            return Ok(());
-        }
-    }
+    let only_active = active.then_some(true);
+    let reply = api.get(&["sessions"], &query(only_active, limit)).await?;
+    let sessions: Vec<SessionView> = parse(&reply)?;
     if watch {
         let json = matches!(out.output, Output::Json);
-        let next = || async { api.get(&["sessions"], &query(None, limit)).await };
+        let next = || async { api.get(&["sessions"], &query(only_active, limit)).await };
         return watch_sessions(sessions, next, json).await;
     }
     if render::json(out.output, &reply) {
         return Ok(());
     }
     print_sessions(&sessions, now_ms());
-    if let Some(last) = sessions
-        .last()
-        .filter(|_| !active && sessions.len() >= page as usize)
-    {
+    if let Some(last) = sessions.last().filter(|_| sessions.len() >= page as usize) {
         eprintln!("(more may follow: --after {})", last.session.id.0);
     }
     Ok(())
@@ -170,6 +154,7 @@ async fn print_folded(api: &Api, arrays: Vec<ArrayView>, f: &ListArgs) -> Result
         ("after", f.after.clone()),
         ("order", Some(order.to_string())),
         ("array", Some(NO_ARRAY.to_string())),
+        ("active", f.active.then(|| "true".to_string())),
     ];
     let sessions: Vec<SessionView> = parse(&api.get(&["sessions"], &query).await?)?;
     let state = f.state.map(|s| api_name(&s));
@@ -196,7 +181,7 @@ async fn print_folded(api: &Api, arrays: Vec<ArrayView>, f: &ListArgs) -> Result
         rows.sort_by_key(|r| std::cmp::Reverse(r.0));
     }
     if f.active {
-        rows.sort_by_key(|r| !r.1);
+        rows.retain(|r| r.1);
     }
     rows.truncate(page);
     let rows: Vec<Vec<String>> = rows.into_iter().map(|r| r.2).collect();

@@ -23,29 +23,14 @@ pub fn parse_time_limit(text: &str) -> Result<u64, String> {
     Ok(secs)
 }
 
-/// `1h30m`, `90s`: numbers each followed by a unit, largest first or not.
+/// `1h30m`, `90s`, `2 hours` (jiff's friendly form, as `group history --step` reads it); a
+/// negative or sub-second span is not a limit.
 fn units(text: &str) -> Option<u64> {
-    let mut total: u64 = 0;
-    let mut rest = text;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
-        let (n, after) = rest.split_at(digits);
-        let n: u64 = n.parse().ok()?;
-        let unit_len = after
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_len);
-        let scale = match unit {
-            "s" | "sec" | "secs" => 1,
-            "m" | "min" | "mins" => 60,
-            "h" | "hr" | "hrs" => 3600,
-            "d" | "day" | "days" => 86_400,
-            _ => return None,
-        };
-        total = total.checked_add(n.checked_mul(scale)?)?;
-        rest = next;
-    }
-    Some(total)
+    let span: jiff::Span = text.parse().ok()?;
+    let duration = span
+        .to_duration(jiff::SpanRelativeTo::days_are_24_hours())
+        .ok()?;
+    u64::try_from(duration.as_secs()).ok()
 }
 
 /// Slurm's forms: `MM:SS`, `HH:MM:SS`, and with days `D-HH`, `D-HH:MM`, `D-HH:MM:SS`.
@@ -86,6 +71,8 @@ mod tests {
             ("2h", 7200),
             ("1d", 86_400),
             ("1h30m", 5400),
+            ("1.5h", 5400),
+            ("2 hours", 7200),
             ("05:00", 300),
             ("2:00:00", 7200),
             ("1-12", 129_600),
@@ -103,7 +90,7 @@ mod tests {
             "\"120\": give the unit: 120m (minutes, as Slurm reads a bare number) or 120s"
         );
         assert!(parse_time_limit("0s").unwrap_err().contains("at least 1 s"));
-        for bad in ["", "2x", "h", "1:2:3:4", "1-25:00", "-5", "1.5h"] {
+        for bad in ["", "2x", "h", "1:2:3:4", "1-25:00", "-5", "-5s"] {
             assert!(parse_time_limit(bad).is_err(), "{bad}");
         }
     }
