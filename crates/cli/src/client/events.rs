@@ -96,8 +96,10 @@ async fn follow(
     let json = matches!(out.output, Output::Json);
     let mut last = first.last().map_or(0, |e| e.id);
     let mut batch = first;
+    let first_rows: Vec<Vec<String>> = batch.iter().map(row).collect();
+    let mut columns = crate::table::Columns::new(&HEADER, &first_rows);
     if !json {
-        println!("{}", HEADER.join("  "));
+        println!("{}", columns.line(&HEADER));
     }
     loop {
         let mut stdout = std::io::stdout().lock();
@@ -105,7 +107,7 @@ async fn follow(
             if json {
                 writeln!(stdout, "{}", serde_json::to_string(e)?)?;
             } else {
-                writeln!(stdout, "{}", row(e).join("  "))?;
+                writeln!(stdout, "{}", columns.line(&row(e)))?;
             }
         }
         stdout.flush()?;

@@ -271,8 +271,10 @@ where
     let mut seen: HashMap<String, SessionView> = HashMap::new();
     let mut changed = first;
     changed.reverse();
+    let first_rows: Vec<Vec<String>> = changed.iter().map(|s| session_row(s, now_ms())).collect();
+    let mut columns = crate::table::Columns::new(&SESSION_HEADER, &first_rows);
     if !json {
-        println!("{}", SESSION_HEADER.join("  "));
+        println!("{}", columns.line(&SESSION_HEADER));
     }
     loop {
         let now = now_ms();
@@ -281,7 +283,7 @@ where
             if json {
                 writeln!(stdout, "{}", serde_json::to_string(&s)?)?;
             } else {
-                writeln!(stdout, "{}", session_row(&s, now).join("  "))?;
+                writeln!(stdout, "{}", columns.line(&session_row(&s, now)))?;
             }
             seen.insert(s.session.id.0.clone(), s);
         }
