@@ -204,10 +204,31 @@ impl Termination {
             .then(|| format!("idle for {} s", self.idle_timeout_secs))
     }
 
+    /// A session's time limit: `asked`, else the default, no more than the maximum lifetime nor
+    /// `cap`. Asking for more is refused; a default above the maximum is cut to it (the
+    /// maximum ends the session anyway).
+    pub fn time_limit(&self, asked: Option<u64>, cap: u64) -> Result<Option<u64>, TimeLimitError> {
+        let most = self.max_lifetime_secs.unwrap_or(cap).min(cap);
+        match asked.or(self.default_time_limit_secs) {
+            Some(0) => Err(TimeLimitError::Zero),
+            Some(limit) if asked.is_some() && limit > most => {
+                Err(TimeLimitError::TooLong { limit, most })
+            }
+            limit => Ok(limit.map(|l| l.min(most))),
+        }
+    }
+
     /// Whether a session placed at `placed` whose inputs are still missing has waited too long.
     pub fn inputs_overdue(&self, placed: Timestamp, now: Timestamp) -> bool {
         placed.plus_secs(self.input_wait_secs) <= now
     }
+}
+
+/// Why a session's time limit is refused ([`Termination::time_limit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeLimitError {
+    Zero,
+    TooLong { limit: u64, most: u64 },
 }
 
 /// What becomes of the sessions of a lost agent.
@@ -522,6 +543,37 @@ pub struct InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_limit_is_the_asked_one_else_the_default_within_the_maximum() {
+        let t = Termination {
+            max_lifetime_secs: Some(3600),
+            default_time_limit_secs: Some(7200),
+            ..Termination::default()
+        };
+        assert_eq!(t.time_limit(Some(60), 100_000), Ok(Some(60)));
+        assert_eq!(
+            t.time_limit(None, 100_000),
+            Ok(Some(3600)),
+            "a default cut to the maximum"
+        );
+        assert_eq!(
+            t.time_limit(Some(7200), 100_000),
+            Err(TimeLimitError::TooLong {
+                limit: 7200,
+                most: 3600
+            })
+        );
+        assert_eq!(t.time_limit(Some(0), 100_000), Err(TimeLimitError::Zero));
+        assert_eq!(Termination::default().time_limit(None, 100), Ok(None));
+        assert_eq!(
+            Termination::default().time_limit(Some(101), 100),
+            Err(TimeLimitError::TooLong {
+                limit: 101,
+                most: 100
+            })
+        );
+    }
 
     #[test]
     fn termination_ends_idle_interactive_sessions_and_any_past_their_lifetime() {

@@ -14,7 +14,7 @@ use corral_api::arrays::NO_ARRAY;
 pub(crate) use corral_api::sessions::Spec;
 use corral_api::sessions::{NewSession, SessionQuery, SessionView, Submitted};
 use corral_core::admission::admit;
-use corral_core::{Session, SessionId, SessionState, Snapshot};
+use corral_core::{Session, SessionId, SessionState, Snapshot, TimeLimitError};
 use corral_store::{ArraySelect, SessionFilter, SessionRecord, StoreError};
 use serde_json::json;
 
@@ -203,30 +203,20 @@ pub(super) async fn submit(
     Ok(submitted(&session, required))
 }
 
-/// A session's time limit: as asked, else the group's default; more than the group's maximum
-/// lifetime (or a year) is refused, naming it. A group that does not exist is left to
-/// admission to say so.
+/// A session's time limit under its group's termination policy ([`corral_core::Termination::time_limit`]).
+/// A group that does not exist is left to admission to say so.
 async fn time_limit(app: &App, group: &str, asked: Option<u64>) -> Result<Option<u64>> {
     let termination = (app.policies.policy(&app.store, group).await?)
         .map(|p| p.termination)
         .unwrap_or_default();
-    let limit = asked.or(termination.default_time_limit_secs);
-    let most = termination
-        .max_lifetime_secs
-        .unwrap_or(corral_api::sessions::MAX_TIME_LIMIT_SECS)
-        .min(corral_api::sessions::MAX_TIME_LIMIT_SECS);
-    match limit {
-        Some(0) => Err(ApiError::invalid(
-            "time_limit_secs",
-            "a time limit is at least 1 s",
+    let field = "time_limit_secs";
+    match termination.time_limit(asked, corral_api::sessions::MAX_TIME_LIMIT_SECS) {
+        Ok(limit) => Ok(limit),
+        Err(TimeLimitError::Zero) => Err(ApiError::invalid(field, "a time limit is at least 1 s")),
+        Err(TimeLimitError::TooLong { limit, most }) => Err(ApiError::invalid(
+            field,
+            format!("{limit} s is more than group {group:?} allows ({most} s)"),
         )),
-        Some(l) if asked.is_some() && l > most => Err(ApiError::invalid(
-            "time_limit_secs",
-            format!("{l} s is more than group {group:?} allows ({most} s)"),
-        )),
-        // A default above the maximum is cut to it: the maximum ends the session anyway.
-        Some(l) => Ok(Some(l.min(most))),
-        None => Ok(None),
     }
 }
 
